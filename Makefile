@@ -1,0 +1,53 @@
+# The two commands: `make demo` and `make test`. Each sets up what it needs (Debian packages,
+# Python packages, the build) and is quick when that is already done.
+PYTHON ?= python3
+JOBS ?= 2
+BUILD := build/py
+ASAN_BUILD := build/asan
+APT_PACKAGES := build-essential libdnnl-dev libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev graphviz
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+SOURCES := $(shell find src include python tools tests/cpp -type f) CMakeLists.txt pyproject.toml
+export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
+
+.PHONY: demo test setup build test-cpp test-python test-asan clean
+
+demo: build
+	$(BUILD)/kiln_demo
+
+test: test-cpp test-python test-asan
+
+setup: build/.system-deps build/.python-deps
+
+build/.system-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@mkdir -p build && touch $@
+
+build/.python-deps: requirements.txt
+	$(PYTHON) -m pip install -q -r requirements.txt
+	@mkdir -p build && touch $@
+
+# The Python package and the C++ tests come from one CMake build folder (pyproject.toml).
+build: setup build/.installed
+build/.installed: $(SOURCES)
+	$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
+	@touch $@
+
+test-cpp: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+test-python: build
+	$(PYTHON) -m pytest -q tests/python
+
+# The C++ tests once more under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan: setup
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j$(JOBS)
+
+clean:
+	rm -rf build

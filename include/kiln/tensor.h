@@ -1,0 +1,58 @@
+// Concrete tensors: owned storage (Tensor) and borrowed views of caller memory (TensorView).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kiln/dtype.h"
+
+namespace kiln {
+
+// Every buffer Kiln allocates is aligned to this many bytes (cache line, widest vector).
+inline constexpr size_t kAlignment = 64;
+
+// A non-owning view of dense, row-major memory: what crosses the API in both directions.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> sizes;
+  // Element strides; empty means contiguous row-major.
+  std::vector<int64_t> strides;
+
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  bool is_contiguous() const;
+  template <typename T> T* as() const { return static_cast<T*>(data); }
+};
+
+// An owned, 64-byte aligned, contiguous tensor with shared storage (copies share the bytes).
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor empty(DType dtype, std::vector<int64_t> sizes);
+  static Tensor zeros(DType dtype, std::vector<int64_t> sizes);
+  // Copies the bytes of a contiguous view.
+  static Tensor copy_of(const TensorView& view);
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  bool defined() const { return storage_ != nullptr || numel() == 0; }
+
+  void* data() const { return storage_.get(); }
+  template <typename T> T* data() const { return static_cast<T*>(static_cast<void*>(storage_.get())); }
+  TensorView view() const { return TensorView{storage_.get(), dtype_, sizes_, {}}; }
+  // Byte-wise equality of dtype, sizes and contents.
+  bool same_contents(const Tensor& other) const;
+  // Value equality (attributes holding tensors compare by contents).
+  bool operator==(const Tensor& other) const { return same_contents(other); }
+
+ private:
+  DType dtype_ = DType::F32;
+  std::vector<int64_t> sizes_;
+  std::shared_ptr<std::byte> storage_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,541 @@
+// The Python module kiln._C: thin nanobind wrappers over Kiln's public C++ API. Everything that
+// decides anything (graph rules, compilation, input validation) stays in C++; this file only
+// converts between Python objects and the C++ types.
+//
+// Arrays cross in both directions through DLPack without copies: inputs are read in place (any
+// framework exporting CPU memory through DLPack or the buffer protocol), outputs wrap Kiln's own
+// output tensors and are handed out as NumPy arrays or torch tensors.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "frontend/converter.h"
+#include "passes/pass.h"
+#include "kiln/kiln.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kiln {
+namespace {
+
+// ---------------------------------------------------------------- dtypes
+
+struct DTypeMapping {
+  DType kiln;
+  nb::dlpack::dtype dlpack;
+};
+
+constexpr nb::dlpack::dtype dl(nb::dlpack::dtype_code code, uint8_t bits) {
+  return {static_cast<uint8_t>(code), bits, 1};
+}
+
+using Code = nb::dlpack::dtype_code;
+constexpr DTypeMapping kDTypeMappings[] = {
+    {DType::F32, dl(Code::Float, 32)}, {DType::F16, dl(Code::Float, 16)},
+    {DType::BF16, dl(Code::Bfloat, 16)}, {DType::F64, dl(Code::Float, 64)},
+    {DType::I64, dl(Code::Int, 64)},   {DType::I32, dl(Code::Int, 32)},
+    {DType::I16, dl(Code::Int, 16)},   {DType::I8, dl(Code::Int, 8)},
+    {DType::U8, dl(Code::UInt, 8)},    {DType::Bool, dl(Code::Bool, 8)},
+};
+
+std::optional<DType> dtype_from_dlpack(nb::dlpack::dtype t) {
+  for (const DTypeMapping& m : kDTypeMappings)
+    if (m.dlpack == t) return m.kiln;
+  return std::nullopt;
+}
+
+nb::dlpack::dtype dlpack_dtype(DType d) {
+  for (const DTypeMapping& m : kDTypeMappings)
+    if (m.kiln == d) return m.dlpack;
+  KILN_ASSERT(false, "no DLPack dtype for " << dtype_name(d));
+}
+
+std::string dtype_list() {
+  std::string names;
+  for (DType d : kAllDTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(d));
+  return names;
+}
+
+DType parse_dtype_or_throw(const std::string& name) {
+  std::optional<DType> d = parse_dtype(name);
+  if (!d)
+    throw_error(ErrorCode::InvalidArgument, "unknown dtype '", name, "'; use one of ",
+                dtype_list());
+  return *d;
+}
+
+// ---------------------------------------------------------------- arrays in
+
+std::string type_name_of(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
+
+// A Python number as T, or E10001 when it doesn't fit (2**70 for an int64).
+template <typename T>
+T number_from_python(nb::handle h, const std::string& what) {
+  T value;
+  if (!nb::try_cast(h, value))
+    throw_error(ErrorCode::InvalidArgument, what, " is ", nb::repr(h).c_str(),
+                ", which doesn't fit a", std::is_integral_v<T> ? "n int64" : " double");
+  return value;
+}
+
+// True for torch.Tensor and its subclasses (nn.Parameter, ...). Looks torch up in sys.modules
+// rather than importing it: a tensor can only exist once torch is loaded.
+bool is_torch_tensor(nb::handle obj) {
+  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");
+  if (!torch) return false;
+  nb::object tensor_type = nb::getattr(torch, "Tensor", nb::none());
+  return !tensor_type.is_none() && PyObject_IsInstance(obj.ptr(), tensor_type.ptr()) == 1;
+}
+
+// Kiln only reads the data: a tensor tracked by autograd refuses DLPack export, its detached
+// alias (same memory) doesn't.
+nb::object readable(nb::handle obj) {
+  if (is_torch_tensor(obj) && nb::cast<bool>(obj.attr("requires_grad")))
+    return obj.attr("detach")();
+  return nb::borrow(obj);
+}
+
+// Imports `obj` as an nb::ndarray (nb::ndarray<nb::ro> to read, nb::ndarray<> to write) without
+// any conversion, and returns Kiln's view of its memory. `array` keeps the memory alive; `what`
+// names the argument in errors ("input 0", "constant 'w'").
+template <typename Array>
+TensorView import_array(nb::handle obj, const std::string& what, Array& array) {
+  if (!nb::try_cast(obj, array, /*convert=*/false)) {
+    nb::ndarray<nb::ro> read_only;
+    if (nb::try_cast(obj, read_only, /*convert=*/false))
+      throw_error(ErrorCode::InputBuffer, what, " is read-only but Kiln writes to it; pass a "
+                  "writable array");
+    throw_error(ErrorCode::InvalidArgument, what, " is a ", type_name_of(obj),
+                ", which Kiln can't read as an array; pass a NumPy array or a torch tensor on "
+                "the CPU");
+  }
+  if (array.device_type() != nb::device::cpu::value)
+    throw_error(ErrorCode::InputBuffer, what, " is not in CPU memory (DLPack device type ",
+                array.device_type(), "); Kiln runs on the CPU: move it there first, e.g. with "
+                "tensor.cpu()");
+  nb::dlpack::dtype t = array.dtype();
+  std::optional<DType> dtype = dtype_from_dlpack(t);
+  if (!dtype)
+    throw_error(ErrorCode::InputDType, what, " has a dtype Kiln doesn't support (DLPack code ",
+                int(t.code), ", ", int(t.bits), " bits, ", int(t.lanes), " lanes); Kiln's "
+                "dtypes are ", dtype_list());
+  TensorView view;
+  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
+  view.dtype = *dtype;
+  view.sizes.assign(array.shape_ptr(), array.shape_ptr() + array.ndim());
+  // Passed through as they are: the runtime decides what it accepts (E10005), nothing is copied.
+  // An array without elements has no layout (NumPy reports zero strides): left empty, it reads
+  // as contiguous.
+  if (view.numel() > 0) view.strides.assign(array.stride_ptr(), array.stride_ptr() + array.ndim());
+  return view;
+}
+
+// Arrays read by one call, held until it returns.
+struct ImportedArrays {
+  std::vector<nb::ndarray<nb::ro>> arrays;
+  std::vector<TensorView> views;
+};
+
+std::vector<nb::handle> sequence_items(nb::handle seq, const char* what) {
+  if (nb::ndarray_check(seq) || !(PyList_Check(seq.ptr()) || PyTuple_Check(seq.ptr())))
+    throw_error(ErrorCode::InvalidArgument, what, " must be a list or tuple of arrays, got a ",
+                type_name_of(seq), "; wrap a single array in a list");
+  std::vector<nb::handle> items;
+  for (nb::handle h : nb::borrow<nb::sequence>(seq)) items.push_back(h);
+  return items;
+}
+
+ImportedArrays import_inputs(const std::vector<nb::handle>& inputs) {
+  ImportedArrays imported;
+  imported.arrays.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    imported.views.push_back(
+        import_array(readable(inputs[i]), "input " + std::to_string(i), imported.arrays[i]));
+  return imported;
+}
+
+// ---------------------------------------------------------------- arrays out
+
+// Hands a Kiln-owned tensor to Python without a copy: the array's owner capsule keeps the
+// tensor (and so its storage) alive for as long as the array lives.
+nb::object export_tensor(Tensor tensor, bool as_torch) {
+  auto* owned = new Tensor(std::move(tensor));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<size_t> shape(owned->sizes().begin(), owned->sizes().end());
+  nb::ndarray<> array(owned->data(), shape.size(), shape.data(), owner, nullptr,
+                      dlpack_dtype(owned->dtype()), nb::device::cpu::value);
+  if (as_torch) return nb::ndarray<nb::pytorch>(array).cast();
+  return nb::ndarray<nb::numpy>(array).cast();
+}
+
+// Outputs come back in the framework of the first input: torch tensors for torch inputs,
+// NumPy arrays otherwise (and for graphs without inputs).
+std::vector<nb::object> run_and_export(const CompiledGraph& compiled,
+                                       const std::vector<nb::handle>& inputs) {
+  ImportedArrays imported = import_inputs(inputs);
+  std::vector<Tensor> results;
+  {
+    nb::gil_scoped_release release;
+    results = compiled.run(imported.views);
+  }
+  bool as_torch = !inputs.empty() && is_torch_tensor(inputs[0]);
+  std::vector<nb::object> outputs;
+  for (Tensor& t : results) outputs.push_back(export_tensor(std::move(t), as_torch));
+  return outputs;
+}
+
+void run_into(const CompiledGraph& compiled, const std::vector<nb::handle>& inputs,
+              const std::vector<nb::handle>& outputs) {
+  ImportedArrays imported = import_inputs(inputs);
+  std::vector<nb::ndarray<>> out_arrays(outputs.size());
+  std::vector<TensorView> out_views;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    out_views.push_back(import_array(outputs[i], "output " + std::to_string(i), out_arrays[i]));
+  nb::gil_scoped_release release;
+  compiled.run(imported.views, out_views);
+}
+
+// ---------------------------------------------------------------- graph building
+
+// A Value of a Graph, with the Python Graph object that owns it: keeps the graph alive, lets
+// shapes name their symbols, and lets the graph reject values of other graphs.
+struct ValueRef {
+  nb::object graph;
+  Value* value;
+
+  const Graph& owner() const { return *nb::inst_ptr<Graph>(graph); }
+};
+
+std::vector<ValueRef> refs(nb::handle graph, const std::vector<Value*>& values) {
+  std::vector<ValueRef> out;
+  for (Value* v : values) out.push_back(ValueRef{nb::borrow(graph), v});
+  return out;
+}
+
+std::vector<Value*> values_of(nb::handle graph, const std::vector<ValueRef>& refs) {
+  std::vector<Value*> out;
+  for (const ValueRef& r : refs) {
+    if (!r.graph.is(graph))
+      throw_error(ErrorCode::InvalidArgument, "value '", r.value->name(), "' belongs to graph '",
+                  r.owner().name(), "', not to graph '", nb::inst_ptr<Graph>(graph)->name(),
+                  "'; use values of the graph being built");
+    out.push_back(r.value);
+  }
+  return out;
+}
+
+int32_t symbol_id(const Graph& graph, const std::string& name) {
+  int32_t id = graph.symbols().find(name);
+  if (id < 0)
+    throw_error(ErrorCode::InvalidArgument, "symbol '", name, "' is not declared in graph '",
+                graph.name(), "'; declare it first with add_symbol()");
+  return id;
+}
+
+// A shape entry is an int, a Symbol from add_symbol() or a symbol's name.
+Shape shape_from_python(const Graph& graph, nb::handle seq, const std::string& what) {
+  if (!(PyList_Check(seq.ptr()) || PyTuple_Check(seq.ptr())))
+    throw_error(ErrorCode::InvalidArgument, "the shape of ", what,
+                " must be a list or tuple, got a ", type_name_of(seq));
+  Shape shape;
+  for (nb::handle d : nb::borrow<nb::sequence>(seq)) {
+    if (nb::isinstance<Symbol>(d))
+      shape.push_back(Dim::symbolic(symbol_id(graph, nb::cast<const Symbol&>(d).name)));
+    else if (nb::isinstance<nb::str>(d))
+      shape.push_back(Dim::symbolic(symbol_id(graph, nb::cast<std::string>(d))));
+    else if (!PyBool_Check(d.ptr()) && PyIndex_Check(d.ptr()))
+      shape.push_back(Dim(number_from_python<int64_t>(d, "a dim of " + what)));
+    else
+      throw_error(ErrorCode::InvalidArgument, "the shape of ", what, " has a ", type_name_of(d),
+                  "; shape entries are ints, Symbols or symbol names");
+  }
+  return shape;
+}
+
+nb::list shape_to_python(const Graph& graph, const Shape& shape) {
+  nb::list out;
+  for (const Dim& d : shape) {
+    if (d.is_static())
+      out.append(d.size());
+    else
+      out.append(graph.symbols()[d.symbol()].name);
+  }
+  return out;
+}
+
+// Python attribute values map onto Attr kinds: bool, int, float, str, and lists of one of them
+// (a list mixing ints and floats is a float list; an empty list fits any list attribute).
+enum class AttrKind { Int, Float, Bool, Str, Other };
+
+AttrKind attr_kind(nb::handle h) {
+  if (PyBool_Check(h.ptr())) return AttrKind::Bool;  // before Int: bool is an int in Python
+  if (PyIndex_Check(h.ptr())) return AttrKind::Int;
+  if (PyFloat_Check(h.ptr())) return AttrKind::Float;
+  if (PyUnicode_Check(h.ptr())) return AttrKind::Str;
+  return AttrKind::Other;
+}
+
+template <typename T>
+T attr_scalar(nb::handle h, const std::string& what) {
+  if constexpr (std::is_same_v<T, std::string>)
+    return nb::cast<std::string>(h);
+  else if constexpr (std::is_same_v<T, bool>)
+    return h.ptr() == Py_True;
+  else
+    return number_from_python<T>(h, what);
+}
+
+template <typename T>
+std::vector<T> attr_list(const std::vector<nb::handle>& items, const std::string& what) {
+  std::vector<T> out;
+  for (nb::handle h : items) out.push_back(attr_scalar<T>(h, what + " item"));
+  return out;
+}
+
+Attr attr_from_python(nb::handle v, const std::string& key) {
+  const std::string what = "attribute '" + key + "'";
+  auto bad = [&](const std::string& got) {
+    return Error(ErrorCode::InvalidArgument,
+                 what + " is " + got + "; attributes are bool, int, float, str or a list of one "
+                 "of these");
+  };
+  switch (attr_kind(v)) {
+    case AttrKind::Int: return attr_scalar<int64_t>(v, what);
+    case AttrKind::Float: return attr_scalar<double>(v, what);
+    case AttrKind::Bool: return attr_scalar<bool>(v, what);
+    case AttrKind::Str: return attr_scalar<std::string>(v, what);
+    case AttrKind::Other: break;
+  }
+  if (!(PyList_Check(v.ptr()) || PyTuple_Check(v.ptr()))) throw bad("a " + type_name_of(v));
+  std::vector<nb::handle> items;
+  for (nb::handle h : nb::borrow<nb::sequence>(v)) items.push_back(h);
+  AttrKind kind = items.empty() ? AttrKind::Int : attr_kind(items[0]);
+  for (nb::handle h : items) {
+    AttrKind k = attr_kind(h);
+    bool numbers = (k == AttrKind::Int || k == AttrKind::Float) &&
+                   (kind == AttrKind::Int || kind == AttrKind::Float);
+    if (k == AttrKind::Other) throw bad("a list holding a " + type_name_of(h));
+    if (k != kind && !numbers)
+      throw bad("a list mixing " + type_name_of(items[0]) + " and " + type_name_of(h));
+    if (k != kind) kind = AttrKind::Float;
+  }
+  switch (kind) {
+    case AttrKind::Int: return attr_list<int64_t>(items, what);
+    case AttrKind::Float: return attr_list<double>(items, what);
+    case AttrKind::Bool: return attr_list<bool>(items, what);
+    default: return attr_list<std::string>(items, what);
+  }
+}
+
+AttrMap attrs_from_python(const nb::dict& attrs) {
+  AttrMap out;
+  for (auto [k, v] : attrs) {
+    if (!nb::isinstance<nb::str>(k))
+      throw_error(ErrorCode::InvalidArgument, "attribute names must be str, got a ",
+                  type_name_of(k));
+    std::string key = nb::cast<std::string>(k);
+    out.emplace(key, attr_from_python(v, key));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- errors
+
+// Raises kiln.Error with the full message ("E50001: ...") and the attributes `code` ("E50001")
+// and `detail` (the message without the code).
+void translate_error(const std::exception_ptr& p, void* error_type) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Error& e) {
+    nb::object exc = nb::handle(static_cast<PyObject*>(error_type))(e.what());
+    exc.attr("code") = std::string(error_code_string(e.code()));
+    exc.attr("detail") = e.detail();
+    PyErr_SetObject(static_cast<PyObject*>(error_type), exc.ptr());
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+NB_MODULE(_C, m) {
+  using namespace kiln;
+  m.doc() = "Kiln's C++ core; use it through the `kiln` package.";
+
+  nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
+      "kiln.Error",
+      "An error Kiln reports with a code: `code` is the code (\"E50001\"), `detail` the message "
+      "without it. docs/errors.md lists every code.",
+      PyExc_Exception, nullptr));
+  m.attr("Error") = error_type;
+  nb::register_exception_translator(translate_error, error_type.ptr());
+
+  nb::list dtypes;
+  for (DType d : kAllDTypes) dtypes.append(std::string(dtype_name(d)));
+  m.attr("dtypes") = nb::tuple(dtypes);
+
+  nb::class_<Symbol>(m, "Symbol", "A dynamic dimension declared by Graph.add_symbol().")
+      .def_ro("name", &Symbol::name)
+      .def_ro("min", &Symbol::min)
+      .def_ro("max", &Symbol::max)
+      .def("__repr__", [](const Symbol& s) {
+        return "Symbol(" + s.name + " in [" + std::to_string(s.min) + ", " +
+               std::to_string(s.max) + "])";
+      });
+
+  nb::class_<ValueRef>(m, "Value", "A tensor of a Graph: an input, a constant or a node output.")
+      .def_prop_ro("name", [](const ValueRef& r) { return r.value->name(); })
+      .def_prop_ro("dtype",
+                   [](const ValueRef& r) { return std::string(dtype_name(r.value->type().dtype)); })
+      .def_prop_ro(
+          "shape",
+          [](const ValueRef& r) { return shape_to_python(r.owner(), r.value->type().shape); },
+          "Dims as ints, or symbol names for dynamic ones.")
+      .def("__repr__",
+           [](const ValueRef& r) {
+             return "Value(" + r.value->name() + ": " +
+                    type_string(r.value->type(), &r.owner().symbols()) + ")";
+           })
+      .def("__eq__", [](const ValueRef& a, const ValueRef& b) { return a.value == b.value; })
+      .def("__hash__", [](const ValueRef& r) { return std::hash<const Value*>()(r.value); });
+
+  nb::class_<Graph>(m, "Graph", "A graph under construction (the C++ kiln::Graph builder).")
+      .def(nb::init<std::string>(), "name"_a = "main")
+      .def_prop_ro("name", &Graph::name)
+      .def("add_symbol", [](Graph& g, const std::string& name, int64_t min, int64_t max) {
+             return g.symbols()[g.add_symbol(name, min, max).symbol()];
+           }, "name"_a, "min"_a, "max"_a,
+           "Declares a dynamic dimension with the inclusive range [min, max]; use the returned "
+           "Symbol (or its name) in input shapes.")
+      .def("add_input",
+           [](nb::pointer_and_handle<Graph> g, const std::string& name, const std::string& dtype,
+              nb::handle shape) {
+             TensorType type{parse_dtype_or_throw(dtype),
+                             shape_from_python(*g.p, shape, "input '" + name + "'"),
+                             Layout::Plain};
+             return ValueRef{nb::borrow(g.h), g.p->add_input(name, std::move(type))};
+           },
+           "name"_a, "dtype"_a, "shape"_a,
+           "Adds a graph input; `shape` holds ints, Symbols or symbol names.")
+      .def("add_constant",
+           [](nb::pointer_and_handle<Graph> g, const std::string& name, nb::handle data) {
+             nb::ndarray<nb::ro> array;
+             std::string what = "constant '" + name + "'";
+             TensorView view = import_array(readable(data), what, array);
+             if (!view.is_contiguous())
+               throw_error(ErrorCode::InputBuffer, what, " is not contiguous; pass "
+                           "numpy.ascontiguousarray(a) or tensor.contiguous()");
+             return ValueRef{nb::borrow(g.h), g.p->add_constant(name, Tensor::copy_of(view))};
+           },
+           "name"_a, "data"_a, "Adds a constant (weights), copying the array's data once.")
+      .def("add",
+           [](nb::pointer_and_handle<Graph> g, const std::string& op,
+              const std::vector<ValueRef>& inputs, const nb::dict& attrs, const std::string& name) {
+             return ValueRef{nb::borrow(g.h), g.p->add(op, values_of(g.h, inputs),
+                                                         attrs_from_python(attrs), name)};
+           },
+           "op"_a, "inputs"_a, "attrs"_a = nb::dict(), "name"_a = "",
+           "Adds a node of a single-output op and returns its output.")
+      .def("add_node",
+           [](nb::pointer_and_handle<Graph> g, const std::string& op,
+              const std::vector<ValueRef>& inputs, const nb::dict& attrs, const std::string& name) {
+             return refs(g.h, g.p->add_node(op, values_of(g.h, inputs), attrs_from_python(attrs),
+                                            name));
+           },
+           "op"_a, "inputs"_a, "attrs"_a = nb::dict(), "name"_a = "",
+           "Adds a node and returns the list of its outputs.")
+      .def("set_outputs",
+           [](nb::pointer_and_handle<Graph> g, const std::vector<ValueRef>& outputs) {
+             g.p->set_outputs(values_of(g.h, outputs));
+           },
+           "outputs"_a)
+      .def_prop_ro("inputs",
+                   [](nb::pointer_and_handle<Graph> g) { return refs(g.h, g.p->inputs()); })
+      .def_prop_ro("outputs",
+                   [](nb::pointer_and_handle<Graph> g) { return refs(g.h, g.p->outputs()); })
+      .def("verify", [](const Graph& g) { verify(g); },
+           "Checks every rule of the IR; raises kiln.Error E40001 naming the first broken one.")
+      .def("__str__", &print_graph, "The textual IR (docs/ir.md).")
+      .def_static("parse", &parse_graph, "text"_a,
+                  "Parses the textual IR; raises kiln.Error E10010 with line:column.");
+
+  nb::class_<CompiledGraph>(m, "CompiledGraph",
+                            "A compiled graph; run it any number of times, from any threads.")
+      .def("__call__",
+           [](const CompiledGraph& c, nb::args inputs) -> nb::object {
+             std::vector<nb::handle> items(inputs.begin(), inputs.end());
+             std::vector<nb::object> outputs = run_and_export(c, items);
+             if (outputs.size() == 1) return outputs[0];
+             nb::list list;
+             for (nb::object& o : outputs) list.append(o);
+             return nb::tuple(list);
+           },
+           "Runs on the given arrays; returns the output for single-output graphs, else a tuple.")
+      .def("run",
+           [](const CompiledGraph& c, nb::handle inputs, nb::handle outputs) -> nb::object {
+             std::vector<nb::handle> in = sequence_items(inputs, "inputs");
+             if (outputs.is_none()) {
+               nb::list list;
+               for (nb::object& o : run_and_export(c, in)) list.append(o);
+               return list;
+             }
+             run_into(c, in, sequence_items(outputs, "outputs"));
+             return nb::none();
+           },
+           "inputs"_a, "outputs"_a = nb::none(),
+           "Runs on a list of input arrays. Without `outputs`, returns a list of new output "
+           "arrays; with `outputs` (writable arrays of output_sizes()), writes into them and "
+           "returns None.")
+      .def("output_sizes", &CompiledGraph::output_sizes, "input_sizes"_a,
+           "The output sizes for the given input sizes (validated as run() would).")
+      .def("describe_plan", &CompiledGraph::describe_plan, "input_sizes"_a,
+           "The plan for the given input sizes: kernel per node and the memory plan.");
+
+  m.def(
+      "import_fx",
+      [](const std::string& graph_json, const nb::dict& constants) {
+        std::vector<nb::ndarray<nb::ro>> arrays(constants.size());
+        std::map<std::string, TensorView> views;
+        size_t i = 0;
+        for (auto [key, value] : constants) {
+          std::string name = nb::cast<std::string>(key);
+          views[name] = import_array(readable(value), "constant '" + name + "'", arrays[i++]);
+        }
+        return import_fx_graph(graph_json, views);
+      },
+      "graph_json"_a, "constants"_a,
+      "Builds a Graph from a serialized ATen FX graph (docs/frontend.md), copying the constants.");
+  m.def("fx_node_support", &fx_node_support, "graph_json"_a,
+        "For each node of a serialized FX graph: '' when Kiln converts it, else why not.");
+  m.def("pass_names", [] { return default_pipeline().pass_names(); },
+        "The passes of Kiln's pipeline, in order (for disabled_passes).");
+  m.def("converter_targets", [] { return ConverterRegistry::instance().targets(); },
+        "The ATen op overloads Kiln has converters for.");
+
+  m.def(
+      "compile",
+      [](const Graph& graph, int threads, std::string kernel_policy, bool verify,
+         std::vector<std::string> disabled_passes, size_t plan_cache_capacity) {
+        CompileOptions options;
+        options.threads = threads;
+        options.kernel_policy = std::move(kernel_policy);
+        options.verify = verify;
+        options.disabled_passes.insert(disabled_passes.begin(), disabled_passes.end());
+        options.plan_cache_capacity = plan_cache_capacity;
+        // nanobind binds non-const classes; every CompiledGraph method is const.
+        return std::const_pointer_cast<CompiledGraph>(CompiledGraph::compile(graph, options));
+      },
+      "graph"_a, "threads"_a = 0, "kernel_policy"_a = "best", "verify"_a = false,
+      "disabled_passes"_a = std::vector<std::string>(), "plan_cache_capacity"_a = 16,
+      "Compiles a graph (the graph is copied; later edits don't affect the result).");
+}

@@ -1,0 +1,126 @@
+"""Serializes an ATen-level FX graph for Kiln's C++ converters (docs/frontend.md).
+
+The format is generic: each node's target, its arguments by schema name (defaults filled in),
+and the dtype and shape PyTorch computed for each output. Nothing here knows any op: the C++
+converters decide what each node becomes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+
+import torch
+import torch.fx as fx
+
+_DTYPE_NAMES = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "u8", torch.bool: "bool",
+}
+_INT64_MAX = 2**63 - 1
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(dtype, str(dtype))
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.symbols: dict[str, tuple[int, int]] = {}
+
+    def dim(self, d):
+        if isinstance(d, int):
+            return d
+        expr = d.node.expr
+        if expr.is_number:
+            return int(expr)
+        if expr.is_Symbol:
+            bounds = d.node.shape_env.var_to_range.get(expr)
+            lower = int(bounds.lower) if bounds is not None and bounds.lower.is_finite else 0
+            upper = (int(bounds.upper) if bounds is not None and bounds.upper.is_finite
+                     else _INT64_MAX)
+            self.symbols[str(expr)] = (max(lower, 0), upper)
+        return str(expr)
+
+    def meta(self, val):
+        if isinstance(val, torch.Tensor):
+            return {"dtype": dtype_name(val.dtype), "shape": [self.dim(d) for d in val.shape]}
+        return None
+
+    def arg(self, a):
+        if isinstance(a, fx.Node):
+            if a.op == "call_function" and a.target is operator.getitem:
+                return {"ref": a.args[0].name, "index": a.args[1]}
+            return {"ref": a.name}
+        if isinstance(a, (list, tuple)):
+            return [self.arg(x) for x in a]
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        if isinstance(a, float):
+            if math.isfinite(a):
+                return a
+            return "nan" if math.isnan(a) else ("inf" if a > 0 else "-inf")
+        if isinstance(a, torch.dtype):
+            return {"dtype": dtype_name(a)}
+        if isinstance(a, torch.device):
+            return {"device": str(a)}
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return {"sym": str(a.node.expr)}
+        return {"enum": str(a)}
+
+
+def _schema_args(node: fx.Node, writer: _Writer) -> dict:
+    """Arguments by schema name, defaults filled in, for an OpOverload call."""
+    args = {}
+    schema = node.target._schema
+    for i, spec in enumerate(schema.arguments):
+        if i < len(node.args):
+            value = node.args[i]
+        elif spec.name in node.kwargs:
+            value = node.kwargs[spec.name]
+        elif spec.has_default_value():
+            value = spec.default_value
+        else:
+            continue
+        args[spec.name] = writer.arg(value)
+    return args
+
+
+def target_name(node: fx.Node) -> str:
+    if isinstance(node.target, torch._ops.OpOverload):
+        return str(node.target)  # "aten.convolution.default"
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph") -> str:
+    """The graph as JSON; placeholders named in `constants` are marked as frozen weights."""
+    writer = _Writer()
+    placeholders, nodes, outputs = [], [], []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            entry = writer.meta(node.meta.get("val"))
+            if entry is None:
+                raise TypeError(f"placeholder {node.name} is not a tensor")
+            entry.update(name=node.name, kind="constant" if node.name in constants else "input")
+            placeholders.append(entry)
+        elif node.op == "call_function":
+            if node.target is operator.getitem:
+                continue  # references to tuple elements carry the index instead
+            val = node.meta.get("val")
+            metas = ([writer.meta(v) for v in val] if isinstance(val, (list, tuple))
+                     else [writer.meta(val)])
+            args = (_schema_args(node, writer) if isinstance(node.target, torch._ops.OpOverload)
+                    else {})
+            nodes.append({"name": node.name, "target": target_name(node), "args": args,
+                          "outputs": metas})
+        elif node.op == "output":
+            result = node.args[0]
+            for r in (result if isinstance(result, (list, tuple)) else [result]):
+                outputs.append(writer.arg(r))
+        else:
+            raise TypeError(f"FX node {node.name} of kind {node.op} can't be serialized")
+    symbols = [{"name": n, "min": lo, "max": hi} for n, (lo, hi) in writer.symbols.items()]
+    return json.dumps({"name": name, "symbols": symbols, "placeholders": placeholders,
+                       "nodes": nodes, "outputs": outputs})

@@ -1,0 +1,220 @@
+"""torch.compile(model, backend="kiln"): capture at the ATen level, partition, compile with Kiln.
+
+Flow (docs/frontend.md): dynamo hands a GraphModule; AOTAutograd traces it to ATen ops (an
+inference graph under no_grad); the graph is serialized and Kiln's C++ converters say which
+nodes they take; torch's CapabilityBasedPartitioner groups those into acyclic subgraphs; each
+subgraph large enough is imported and compiled by Kiln with parameters and buffers frozen as
+constants; the rest stays in PyTorch.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch._functorch.aot_autograd import aot_module_simplified
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from kiln import _C
+from kiln._errors import error
+from kiln.config import CompilerConfig
+from kiln._fx import serialize, target_name
+
+
+class _KilnSupport(OperatorSupportBase):
+    def __init__(self, verdicts: dict[str, str]):
+        self.verdicts = verdicts
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            return self.verdicts.get(node.args[0].name) == ""
+        return self.verdicts.get(node.name) == ""
+
+
+class KilnSubgraph(torch.nn.Module):
+    """A partition compiled by Kiln. Frozen weights are checked on every call: a parameter
+    changed in place (its version counter moved) or replaced makes the next call re-import the
+    subgraph, so no result is ever computed from stale weights."""
+
+    def __init__(self, graph_json: str, constant_args: dict[int, str], names: list[str],
+                 example_args: list[torch.Tensor], options: dict[str, Any], single_output: bool):
+        super().__init__()
+        self.graph_json = graph_json
+        self.constant_args = constant_args  # argument position → placeholder name
+        self.input_positions = [i for i in range(len(names)) if i not in constant_args]
+        self.options = options
+        self.single_output = single_output
+        self._freeze([example_args[i] for i in constant_args], list(constant_args))
+
+    def _freeze(self, tensors: list[torch.Tensor], positions: list[int]) -> None:
+        # Called from inside AOTAutograd's tracing too: real tensors need fake mode off.
+        with unset_fake_temporarily():
+            constants = {self.constant_args[p]: t.detach().contiguous()
+                         for p, t in zip(positions, tensors)}
+            graph = _C.import_fx(self.graph_json, constants)
+        self.compiled = _C.compile(graph, **self.options)
+        self.frozen = [(p, t, t._version) for p, t in zip(positions, tensors)]
+
+    def forward(self, *args):
+        for position, tensor, version in self.frozen:
+            arg = args[position]
+            if arg is not tensor or arg._version != version:
+                positions = [p for p, _, _ in self.frozen]
+                self._freeze([args[p] for p in positions], positions)
+                break
+        outputs = self.compiled.run([args[i] for i in self.input_positions])
+        return outputs[0] if self.single_output else tuple(outputs)
+
+
+def _unsupported_summary(gm: fx.GraphModule, verdicts: dict[str, str]) -> str:
+    counts = collections.Counter()
+    reasons = {}
+    for node in gm.graph.nodes:
+        verdict = verdicts.get(node.name)
+        if node.op == "call_function" and node.target is not operator.getitem and verdict:
+            counts[target_name(node)] += 1
+            reasons.setdefault(target_name(node), verdict)
+    return "\n".join(f"  {t} x{n}: {reasons[t]}" for t, n in counts.most_common())
+
+
+@dataclasses.dataclass
+class Partition:
+    name: str
+    ops: collections.Counter
+
+
+@dataclasses.dataclass
+class Report:
+    """What one compilation did: the Kiln partitions and what stayed in PyTorch and why."""
+    partitions: list[Partition] = dataclasses.field(default_factory=list)
+    fallback: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.partitions)} Kiln partition(s)"]
+        for p in self.partitions:
+            ops = ", ".join(f"{t} x{n}" for t, n in p.ops.most_common())
+            lines.append(f"  {p.name}: {sum(p.ops.values())} ops ({ops})")
+        lines.append(f"{sum(n for n, _ in self.fallback.values())} op(s) left in PyTorch")
+        for target, (n, why) in self.fallback.items():
+            lines.append(f"  {target} x{n}: {why}")
+        return "\n".join(lines)
+
+
+def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
+                       config: CompilerConfig, report: Report | None = None) -> fx.GraphModule:
+    """Partitions an ATen graph between Kiln and PyTorch and compiles Kiln's parts.
+    `constants` maps placeholder positions to the real tensors frozen there."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    constant_names = {placeholders[i].name for i in constants}
+    constant_data = {placeholders[i].name: t for i, t in constants.items()}
+    verdicts = _C.fx_node_support(serialize(gm, constant_names))
+    summary = _unsupported_summary(gm, verdicts)
+    if summary and not config.get("operator_selection.fallback_to_cpu"):
+        raise error("E50001", "operator_selection.fallback_to_cpu is False, but these ops "
+                    "can't run in Kiln:\n" + summary)
+
+    min_block_size = config.get("operator_selection.min_block_size")
+    partitioner = CapabilityBasedPartitioner(gm, _KilnSupport(verdicts),
+                                             allows_single_node_partition=True)
+    partitions = [p for p in partitioner.propose_partitions()
+                  if sum(n.target is not operator.getitem for n in p.nodes) >= min_block_size]
+    fused = partitioner.fuse_partitions(partitions)
+    options = config.compile_options()
+    if options["kernel_policy"] == "reference" and config.get("optimization.level") == "O0":
+        options["disabled_passes"] = _C.pass_names()
+    parent_placeholders = {n.name: n for n in fused.graph.nodes if n.op == "placeholder"}
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module" or not node.target.startswith("fused_"):
+            continue
+        sub: fx.GraphModule = getattr(fused, node.target)
+        sub_placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        constant_args = {}
+        example_args = []
+        for i, (arg, ph) in enumerate(zip(node.args, sub_placeholders)):
+            is_constant = (isinstance(arg, fx.Node) and arg.name in constant_names
+                           and parent_placeholders.get(arg.name) is arg)
+            if is_constant:
+                constant_args[i] = ph.name
+            example_args.append(constant_data.get(arg.name) if is_constant else None)
+        output = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+        single = not isinstance(output, (list, tuple))
+        graph_json = serialize(sub, set(constant_args.values()), name=node.target)
+        setattr(fused, node.target,
+                KilnSubgraph(graph_json, constant_args, [p.name for p in sub_placeholders],
+                             example_args, options, single))
+        if report is not None:
+            report.partitions.append(Partition(node.target, collections.Counter(
+                target_name(n) for n in sub.graph.nodes
+                if n.op == "call_function" and n.target is not operator.getitem)))
+    if report is not None:
+        in_kiln = {n.name for p in partitions for n in p.nodes}
+        for n in gm.graph.nodes:
+            if (n.op == "call_function" and n.target is not operator.getitem
+                    and n.name not in in_kiln):
+                count, why = report.fallback.get(target_name(n), (0, ""))
+                reason = verdicts.get(n.name) or f"in a partition under min_block_size"
+                report.fallback[target_name(n)] = (count + 1, why or reason)
+    fused.recompile()
+    return fused
+
+
+_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = None,
+                 options: CompilerConfig | dict | None = None, _report: Report | None = None):
+    """The dynamo backend registered as "kiln"."""
+    config = CompilerConfig.from_options(options)
+    mode = mode or "default"
+    if mode not in _MODES:
+        raise error("E10001", f"mode {mode!r} is unknown; use one of {', '.join(_MODES)}")
+    if mode == "max-autotune":
+        raise error("E10001", "mode 'max-autotune' (timing candidate kernels at compile time) "
+                    "is not supported yet by Kiln; use mode='default'")
+    # Parameters and buffers that dynamo passes as graph inputs are frozen into Kiln's graph.
+    # AOTAutograd traces with fake tensors: the real ones are taken here, by position.
+    constants = {i: t for i, t in enumerate(example_inputs)
+                 if isinstance(t, torch.Tensor)
+                 and getattr(t, "_dynamo_static_input_type", None) is not None}
+
+    def inference_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
+        if len(aten_inputs) != len(example_inputs):
+            raise error("E50001", "AOTAutograd changed the graph's inputs (input mutation or "
+                        "aliasing); Kiln compiles inference graphs without them")
+        return compile_aten_graph(aten_gm, constants, config, _report)
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=inference_compiler)
+
+
+def get_backend(compiler_config: CompilerConfig | None = None) -> Callable:
+    """A backend bound to a CompilerConfig: torch.compile(m, backend=kiln.get_backend(cfg))."""
+    config = CompilerConfig.from_options(compiler_config)
+
+    def backend(gm, example_inputs, mode=None, options=None):
+        if options is not None:
+            raise error("E10001", "pass options either in the CompilerConfig of get_backend() "
+                        "or in torch.compile(options=...), not both")
+        return kiln_backend(gm, example_inputs, mode=mode, options=config)
+    return backend
+
+
+def explain(model: Callable, *inputs, options: CompilerConfig | dict | None = None) -> Report:
+    """Compiles `model` on `inputs` and reports the partitions and the ops left in PyTorch with
+    the reason for each, in the spirit of torch._dynamo.explain."""
+    report = Report()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend=functools.partial(
+            kiln_backend, options=options, _report=report))
+        compiled(*inputs)
+    torch._dynamo.reset()
+    return report

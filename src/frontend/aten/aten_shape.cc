@@ -1,0 +1,50 @@
+// Views, reshapes and permutations. Kiln values are immutable, so a view is a new value (a
+// reshape or permute) and a clone or contiguous is the value itself.
+#include <numeric>
+
+#include "frontend/converter.h"
+
+namespace kiln {
+
+namespace {
+
+std::vector<Value*> reshape(ConvertContext& ctx) {
+  return {ctx.add("reshape", {ctx.tensor("self")}, {{"shape", ctx.integers("size")}})};
+}
+
+std::vector<Value*> same_value(ConvertContext& ctx) { return {ctx.tensor("self")}; }
+
+int64_t normalized_dim(ConvertContext& ctx, int64_t dim, size_t rank) {
+  int64_t r = static_cast<int64_t>(rank);
+  if (dim < -r || dim >= r) ctx.unsupported("dim " + std::to_string(dim) + " out of range");
+  return dim < 0 ? dim + r : dim;
+}
+
+Value* swap_dims(ConvertContext& ctx, Value* x, int64_t a, int64_t b) {
+  std::vector<int64_t> dims(x->type().rank());
+  std::iota(dims.begin(), dims.end(), 0);
+  std::swap(dims[normalized_dim(ctx, a, dims.size())], dims[normalized_dim(ctx, b, dims.size())]);
+  return ctx.add("permute", {x}, {{"dims", dims}});
+}
+
+}  // namespace
+
+void register_aten_shape_converters(ConverterRegistry& r) {
+  r.add("aten.view.default", reshape);
+  r.add("aten._unsafe_view.default", reshape);
+  r.add("aten.reshape.default", reshape);
+  for (const char* t : {"aten.clone.default", "aten.alias.default", "aten.detach.default"})
+    r.add(t, same_value);
+  r.add("aten.permute.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("permute", {ctx.tensor("self")}, {{"dims", ctx.integers("dims")}})};
+  });
+  r.add("aten.transpose.int", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {swap_dims(ctx, ctx.tensor("self"), ctx.integer("dim0"), ctx.integer("dim1"))};
+  });
+  r.add("aten.t.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {x->type().rank() < 2 ? x : swap_dims(ctx, x, 0, 1)};
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,90 @@
+// ATen → Kiln converters. The Python side serializes an FX graph generically (docs/frontend.md):
+// each node's target ("aten.convolution.default"), its arguments by schema name, and the dtype
+// and shape PyTorch computed for each output. A converter turns one such node into Kiln nodes.
+//
+// Adding a converter: write it in the src/frontend/aten/ file of its op family, which defines
+// `void register_<family>_converters(ConverterRegistry&)`; a new family adds one line to
+// src/frontend/converter_list.inc.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+
+namespace kiln {
+
+using Json = nlohmann::json;
+
+// One FX node being converted: typed access to its arguments, and the graph to emit into.
+class ConvertContext {
+ public:
+  ConvertContext(Graph& graph, const Json& node,
+                 const std::function<Value*(const Json& ref)>& resolve);
+
+  Graph& graph() { return graph_; }
+  const std::string& node_name() const { return name_; }
+  const std::string& target() const { return target_; }
+
+  bool has(const std::string& arg) const;  // present and not None
+  bool is_tensor(const std::string& arg) const;
+  Value* tensor(const std::string& arg) const;
+  Value* optional_tensor(const std::string& arg) const;  // null for None
+  std::vector<Value*> tensors(const std::string& arg) const;
+  int64_t integer(const std::string& arg) const;
+  double number(const std::string& arg) const;  // an int or a float
+  bool boolean(const std::string& arg) const;
+  std::string string(const std::string& arg) const;
+  std::vector<int64_t> integers(const std::string& arg) const;
+  std::optional<DType> dtype(const std::string& arg) const;  // None → nullopt
+  // The PyTorch-computed type of output i (dtype and shape, symbols by name).
+  const Json& output_meta(size_t i = 0) const;
+  DType output_dtype(size_t i = 0) const;
+
+  // A new node named after the FX node.
+  Value* add(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs = {});
+  // A scalar constant of the given dtype, e.g. the `other` of add.Scalar.
+  Value* scalar(double value, DType dtype);
+
+  // This node can't be converted (an argument Kiln doesn't take): E50001 with the reason.
+  [[noreturn]] void unsupported(const std::string& reason) const;
+
+ private:
+  const Json& arg(const std::string& name) const;
+  Graph& graph_;
+  const Json& node_;
+  std::string name_;
+  std::string target_;
+  const std::function<Value*(const Json&)>& resolve_;
+};
+
+// Returns the node's outputs in order (one per FX output; null where an output isn't computed,
+// like native_layer_norm's mean and rstd, which inference graphs don't use).
+using Converter = std::function<std::vector<Value*>(ConvertContext&)>;
+
+class ConverterRegistry {
+ public:
+  static const ConverterRegistry& instance();
+  void add(const std::string& target, Converter converter);
+  const Converter* find(const std::string& target) const;
+  std::vector<std::string> targets() const;
+
+ private:
+  std::map<std::string, Converter> converters_;
+};
+
+// Builds a Kiln graph from a serialized FX graph; constants maps each placeholder of kind
+// "constant" to its data (copied). Throws E50001 for a node without a converter, E10020 for
+// malformed JSON, E40001 when a converter's types disagree with PyTorch's.
+std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
+                                       const std::map<std::string, TensorView>& constants);
+
+// For each call_function node: "" when it converts, else why not. Used to partition a graph
+// between Kiln and PyTorch.
+std::map<std::string, std::string> fx_node_support(const std::string& json_text);
+
+}  // namespace kiln

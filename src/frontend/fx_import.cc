@@ -1,0 +1,356 @@
+// Importing a serialized FX graph (docs/frontend.md) through the converter registry.
+#include <memory>
+#include <unordered_map>
+
+#include "frontend/converter.h"
+#include "kiln/error.h"
+
+namespace kiln {
+
+#define KILN_CONVERTER_FAMILY(family) void register_##family##_converters(ConverterRegistry&);
+#include "frontend/converter_list.inc"
+#undef KILN_CONVERTER_FAMILY
+
+const ConverterRegistry& ConverterRegistry::instance() {
+  static const ConverterRegistry registry = [] {
+    ConverterRegistry r;
+#define KILN_CONVERTER_FAMILY(family) register_##family##_converters(r);
+#include "frontend/converter_list.inc"
+#undef KILN_CONVERTER_FAMILY
+    return r;
+  }();
+  return registry;
+}
+
+void ConverterRegistry::add(const std::string& target, Converter converter) {
+  KILN_ASSERT(!converters_.count(target), "converter for " << target << " registered twice");
+  converters_.emplace(target, std::move(converter));
+}
+
+const Converter* ConverterRegistry::find(const std::string& target) const {
+  auto it = converters_.find(target);
+  return it == converters_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ConverterRegistry::targets() const {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : converters_) names.push_back(name);
+  return names;
+}
+
+// ---------------------------------------------------------------- ConvertContext
+
+ConvertContext::ConvertContext(Graph& graph, const Json& node,
+                               const std::function<Value*(const Json&)>& resolve)
+    : graph_(graph),
+      node_(node),
+      name_(node.at("name").get<std::string>()),
+      target_(node.at("target").get<std::string>()),
+      resolve_(resolve) {}
+
+const Json& ConvertContext::arg(const std::string& name) const {
+  const Json& args = node_.at("args");
+  auto it = args.find(name);
+  if (it == args.end())
+    throw_error(ErrorCode::BadModelFile, "FX node '", name_, "' (", target_, ") has no argument '",
+                name, "'");
+  return *it;
+}
+
+bool ConvertContext::has(const std::string& name) const {
+  const Json& args = node_.at("args");
+  auto it = args.find(name);
+  return it != args.end() && !it->is_null();
+}
+
+bool ConvertContext::is_tensor(const std::string& name) const {
+  if (!has(name)) return false;
+  const Json& a = arg(name);
+  return a.is_object() && a.contains("ref");
+}
+
+void ConvertContext::unsupported(const std::string& reason) const {
+  throw_error(ErrorCode::UnsupportedOperator, "Kiln can't convert node '", name_, "' (", target_,
+              "): ", reason);
+}
+
+Value* ConvertContext::tensor(const std::string& name) const {
+  const Json& a = arg(name);
+  if (!a.is_object() || !a.contains("ref")) unsupported("argument '" + name + "' is not a tensor");
+  return resolve_(a);
+}
+
+Value* ConvertContext::optional_tensor(const std::string& name) const {
+  return has(name) ? tensor(name) : nullptr;
+}
+
+std::vector<Value*> ConvertContext::tensors(const std::string& name) const {
+  const Json& a = arg(name);
+  if (!a.is_array()) unsupported("argument '" + name + "' is not a list of tensors");
+  std::vector<Value*> out;
+  for (const Json& item : a) {
+    if (!item.is_object() || !item.contains("ref"))
+      unsupported("argument '" + name + "' holds something other than tensors");
+    out.push_back(resolve_(item));
+  }
+  return out;
+}
+
+int64_t ConvertContext::integer(const std::string& name) const {
+  const Json& a = arg(name);
+  if (a.is_boolean() || !a.is_number_integer())
+    unsupported("argument '" + name + "' is " + (a.is_object() && a.contains("sym")
+                                                      ? "a symbolic size"
+                                                      : "not an integer: " + a.dump()));
+  return a.get<int64_t>();
+}
+
+double ConvertContext::number(const std::string& name) const {
+  const Json& a = arg(name);
+  if (a.is_boolean()) return a.get<bool>() ? 1.0 : 0.0;
+  if (a.is_number()) return a.get<double>();
+  if (a.is_string()) {  // inf, -inf and nan cross as strings (JSON has no literal for them)
+    std::string s = a.get<std::string>();
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+    if (s == "nan") return NAN;
+  }
+  unsupported("argument '" + name + "' is not a number: " + a.dump());
+}
+
+bool ConvertContext::boolean(const std::string& name) const {
+  const Json& a = arg(name);
+  if (!a.is_boolean()) unsupported("argument '" + name + "' is not a bool: " + a.dump());
+  return a.get<bool>();
+}
+
+std::string ConvertContext::string(const std::string& name) const {
+  const Json& a = arg(name);
+  if (!a.is_string()) unsupported("argument '" + name + "' is not a string: " + a.dump());
+  return a.get<std::string>();
+}
+
+std::vector<int64_t> ConvertContext::integers(const std::string& name) const {
+  const Json& a = arg(name);
+  if (a.is_number_integer()) return {a.get<int64_t>()};  // int[1] arguments accept a scalar
+  if (!a.is_array()) unsupported("argument '" + name + "' is not a list of integers");
+  std::vector<int64_t> out;
+  for (const Json& item : a) {
+    if (item.is_boolean() || !item.is_number_integer())
+      unsupported("argument '" + name + "' holds " +
+                  (item.is_object() && item.contains("sym") ? "a symbolic size" : item.dump()));
+    out.push_back(item.get<int64_t>());
+  }
+  return out;
+}
+
+std::optional<DType> ConvertContext::dtype(const std::string& name) const {
+  if (!has(name)) return std::nullopt;
+  const Json& a = arg(name);
+  if (!a.is_object() || !a.contains("dtype"))
+    unsupported("argument '" + name + "' is not a dtype");
+  std::string dname = a.at("dtype").get<std::string>();
+  std::optional<DType> d = parse_dtype(dname);
+  if (!d) unsupported("dtype " + dname + " is not supported by Kiln");
+  return d;
+}
+
+const Json& ConvertContext::output_meta(size_t i) const { return node_.at("outputs").at(i); }
+
+DType ConvertContext::output_dtype(size_t i) const {
+  std::string name = output_meta(i).at("dtype").get<std::string>();
+  std::optional<DType> d = parse_dtype(name);
+  if (!d) unsupported("output dtype " + name + " is not supported by Kiln");
+  return *d;
+}
+
+Value* ConvertContext::add(const std::string& op, const std::vector<Value*>& inputs,
+                           AttrMap attrs) {
+  return graph_.add(op, inputs, std::move(attrs), name_);
+}
+
+Value* ConvertContext::scalar(double value, DType dtype) {
+  Tensor t = Tensor::empty(dtype, {});
+  switch (dtype) {
+    case DType::F32: *t.data<float>() = static_cast<float>(value); break;
+    case DType::F64: *t.data<double>() = value; break;
+    case DType::I64: *t.data<int64_t>() = static_cast<int64_t>(value); break;
+    case DType::I32: *t.data<int32_t>() = static_cast<int32_t>(value); break;
+    case DType::Bool: *t.data<bool>() = value != 0; break;
+    default: unsupported("a scalar of dtype " + std::string(dtype_name(dtype)));
+  }
+  return graph_.add_constant(name_ + "_scalar", t);
+}
+
+// ---------------------------------------------------------------- import
+
+namespace {
+
+// Declares the graph's symbols and turns JSON shapes into Kiln shapes. A dim that PyTorch gives
+// as an expression (e.g. "s0 + 1") becomes a symbol of that name with an open range.
+class ShapeReader {
+ public:
+  explicit ShapeReader(Graph& g) : graph_(g) {}
+
+  void declare(const Json& symbols) {
+    for (const Json& s : symbols)
+      graph_.add_symbol(s.at("name").get<std::string>(), s.at("min").get<int64_t>(),
+                        s.at("max").get<int64_t>());
+  }
+
+  TensorType type_of(const Json& meta) {
+    std::string dname = meta.at("dtype").get<std::string>();
+    std::optional<DType> d = parse_dtype(dname);
+    if (!d) throw_error(ErrorCode::UnsupportedOperator, "dtype ", dname, " is not supported by Kiln");
+    TensorType t{*d, {}, Layout::Plain};
+    for (const Json& dim : meta.at("shape")) {
+      if (dim.is_number_integer()) {
+        t.shape.push_back(Dim(dim.get<int64_t>()));
+        continue;
+      }
+      std::string name = dim.get<std::string>();
+      int32_t id = graph_.symbols().find(name);
+      t.shape.push_back(id >= 0 ? Dim::symbolic(id) : graph_.add_symbol(name, 0, INT64_MAX));
+    }
+    return t;
+  }
+
+ private:
+  Graph& graph_;
+};
+
+bool same_dims(const Graph& g, const TensorType& kiln, const TensorType& torch) {
+  if (kiln.dtype != torch.dtype || kiln.rank() != torch.rank()) return false;
+  for (size_t i = 0; i < kiln.rank(); ++i) {
+    const Dim &a = kiln.shape[i], &b = torch.shape[i];
+    if (a.is_static() && b.is_static() && a.size() != b.size()) return false;
+    if (a.is_static() != b.is_static()) return false;
+  }
+  return true;
+}
+
+// Converts one node; checks what it produced against PyTorch's metadata.
+std::vector<Value*> convert_node(Graph& g, ShapeReader& shapes, const Json& node,
+                                 const std::function<Value*(const Json&)>& resolve) {
+  std::string target = node.at("target").get<std::string>();
+  const Converter* converter = ConverterRegistry::instance().find(target);
+  std::string name = node.at("name").get<std::string>();
+  if (!converter)
+    throw_error(ErrorCode::UnsupportedOperator, "Kiln has no converter for ", target,
+                " (node '", name, "')");
+  ConvertContext ctx(g, node, resolve);
+  std::vector<Value*> outs = (*converter)(ctx);
+  const Json& metas = node.at("outputs");
+  KILN_ASSERT(outs.size() == metas.size(), "converter of " << target << " returned " << outs.size()
+                                                            << " outputs for " << metas.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i] || metas[i].is_null()) continue;
+    TensorType expected = shapes.type_of(metas[i]);
+    if (!same_dims(g, outs[i]->type(), expected))
+      throw_error(ErrorCode::InvalidGraph, "the converter of ", target, " made ",
+                  type_string(outs[i]->type(), &g.symbols()), " for output ", i, " of node '",
+                  name, "' where PyTorch computes ", type_string(expected, &g.symbols()),
+                  "; this is a bug in Kiln, please report it");
+  }
+  return outs;
+}
+
+Json parse_json(const std::string& text) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw_error(ErrorCode::BadModelFile, "the serialized FX graph is not valid JSON: ", e.what());
+  }
+}
+
+// Resolves {"ref": name, "index": i} against a map of produced values.
+Value* lookup(const std::unordered_map<std::string, std::vector<Value*>>& values, const Json& ref) {
+  std::string name = ref.at("ref").get<std::string>();
+  size_t index = ref.value("index", 0);
+  auto it = values.find(name);
+  if (it == values.end() || index >= it->second.size())
+    throw_error(ErrorCode::BadModelFile, "the FX graph refers to an unknown value '", name, "'");
+  if (!it->second[index])
+    throw_error(ErrorCode::UnsupportedOperator, "output ", index, " of node '", name,
+                "' is used, but Kiln doesn't compute it");
+  return it->second[index];
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
+                                       const std::map<std::string, TensorView>& constants) {
+  Json fx = parse_json(json_text);
+  try {
+    auto g = std::make_unique<Graph>(fx.value("name", "fx_graph"));
+    ShapeReader shapes(*g);
+    shapes.declare(fx.value("symbols", Json::array()));
+    std::unordered_map<std::string, std::vector<Value*>> values;
+    for (const Json& p : fx.at("placeholders")) {
+      std::string name = p.at("name").get<std::string>();
+      if (p.at("kind").get<std::string>() == "constant") {
+        auto it = constants.find(name);
+        if (it == constants.end())
+          throw_error(ErrorCode::InvalidArgument, "no data given for constant '", name, "'");
+        values[name] = {g->add_constant(name, Tensor::copy_of(it->second))};
+      } else {
+        values[name] = {g->add_input(name, shapes.type_of(p))};
+      }
+    }
+    std::function<Value*(const Json&)> resolve = [&](const Json& ref) {
+      return lookup(values, ref);
+    };
+    for (const Json& node : fx.at("nodes"))
+      values[node.at("name").get<std::string>()] = convert_node(*g, shapes, node, resolve);
+    std::vector<Value*> outputs;
+    for (const Json& ref : fx.at("outputs")) outputs.push_back(lookup(values, ref));
+    g->set_outputs(outputs);
+    return g;
+  } catch (const Json::exception& e) {
+    throw_error(ErrorCode::BadModelFile, "the serialized FX graph is malformed: ", e.what());
+  }
+}
+
+std::map<std::string, std::string> fx_node_support(const std::string& json_text) {
+  Json fx = parse_json(json_text);
+  std::map<std::string, std::string> verdicts;
+  try {
+    std::unordered_map<std::string, const Json*> metas;  // name → its "outputs" list
+    Json placeholder_metas = Json::object();
+    for (const Json& p : fx.at("placeholders")) {
+      placeholder_metas[p.at("name").get<std::string>()] = Json::array({p});
+    }
+    for (auto& [name, list] : placeholder_metas.items()) metas[name] = &list;
+    for (const Json& node : fx.at("nodes")) metas[node.at("name").get<std::string>()] = &node.at("outputs");
+
+    for (const Json& node : fx.at("nodes")) {
+      // Convert the node alone, its tensor operands standing in as inputs of a scratch graph.
+      Graph scratch("support_check");
+      ShapeReader shapes(scratch);
+      shapes.declare(fx.value("symbols", Json::array()));
+      std::map<std::pair<std::string, size_t>, Value*> operands;
+      std::function<Value*(const Json&)> resolve = [&](const Json& ref) -> Value* {
+        std::string name = ref.at("ref").get<std::string>();
+        size_t index = ref.value("index", 0);
+        auto key = std::make_pair(name, index);
+        if (auto it = operands.find(key); it != operands.end()) return it->second;
+        auto meta = metas.find(name);
+        if (meta == metas.end() || index >= meta->second->size())
+          throw_error(ErrorCode::BadModelFile, "the FX graph refers to an unknown value '", name, "'");
+        return operands[key] = scratch.add_input(name, shapes.type_of((*meta->second)[index]));
+      };
+      std::string verdict;
+      try {
+        convert_node(scratch, shapes, node, resolve);
+      } catch (const Error& e) {
+        verdict = e.what();
+      }
+      verdicts[node.at("name").get<std::string>()] = verdict;
+    }
+  } catch (const Json::exception& e) {
+    throw_error(ErrorCode::BadModelFile, "the serialized FX graph is malformed: ", e.what());
+  }
+  return verdicts;
+}
+
+}  // namespace kiln

@@ -1,0 +1,85 @@
+// conv2d through oneDNN's convolution (forward inference, direct algorithm). Source and
+// destination stay plain NCHW; the weights take the primitive's preferred blocked layout when
+// they are a constant. The epilogue becomes oneDNN's bias input and eltwise post-op.
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/library_threads.h"
+#include "kernels/cpu/onednn_util.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+class OneDnnConv2d final : public KernelInstance {
+ public:
+  OneDnnConv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue, const KernelSpec& spec)
+      : threads_(spec.threads), bias_(epilogue.bias) {
+    LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    src_desc_ = dnnl::memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nchw);
+    dst_desc_ = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt::f32, tag::nchw);
+    // Grouped weights [O, C/g, KH, KW] are the same memory as oneDNN's [g, O/g, C/g, KH, KW].
+    const bool grouped = g.groups > 1;
+    dnnl::memory::dims w_dims =
+        grouped ? dnnl::memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}
+                : dnnl::memory::dims{g.o, g.c, g.kh, g.kw};
+    dnnl::memory::desc w_plain(w_dims, dt::f32, grouped ? tag::goihw : tag::oihw);
+    const Tensor* w_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
+    dnnl::memory::desc w_request =
+        w_constant ? dnnl::memory::desc(w_dims, dt::f32, tag::any) : w_plain;
+    dnnl::memory::desc bias_desc =
+        bias_ ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc();
+
+    // oneDNN counts dilation from 0 (no gaps); Kiln and PyTorch from 1.
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_desc_,
+        w_request, bias_desc, dst_desc_, {g.stride_h, g.stride_w},
+        {g.dilation_h - 1, g.dilation_w - 1}, {g.pad_top, g.pad_left}, {g.pad_bottom, g.pad_right});
+    dnnl::primitive_attr attr = user_scratchpad_attr();
+    if (epilogue.activation == Activation::Relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
+    primitive_ = dnnl::convolution_forward(pd);
+    weights_desc_ = pd.weights_desc();
+    bias_desc_ = pd.bias_desc();
+    scratchpad_desc_ = pd.scratchpad_desc();
+    if (w_constant) packed_w_ = reorder_into(w_plain, w_constant->data(), weights_desc_);
+  }
+
+  size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
+
+  void run(std::span<const void* const> inputs, std::span<void* const> outputs,
+           void* scratch) const override {
+    LibraryThreads scope(threads_);
+    const dnnl::engine& engine = onednn_engine();
+    void* w = packed_w_.data() ? packed_w_.data() : const_cast<void*>(inputs[1]);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, const_cast<void*>(inputs[0]))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, w)},
+        {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, outputs[0])},
+        {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
+    if (bias_)
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc_, engine, const_cast<void*>(inputs[2])));
+    execute_and_wait(primitive_, args);
+  }
+
+ private:
+  int threads_;
+  bool bias_;
+  dnnl::memory::desc src_desc_, weights_desc_, bias_desc_, dst_desc_, scratchpad_desc_;
+  dnnl::convolution_forward primitive_;
+  Tensor packed_w_;  // w in weights_desc_ when it is a constant, else no storage
+};
+
+}  // namespace
+
+std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
+                                                     const ConvEpilogue& epilogue,
+                                                     const KernelSpec& spec) {
+  return std::make_unique<OneDnnConv2d>(g, epilogue, spec);
+}
+
+}  // namespace kiln::cpu

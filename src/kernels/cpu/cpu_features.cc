@@ -1,0 +1,21 @@
+#include "kernels/cpu/cpu_features.h"
+
+namespace kiln::cpu {
+
+bool has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+std::string avx2_f32_unsupported_reason(DType dtype) {
+  if (!has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
+  if (dtype != DType::F32)
+    return "the AVX2 kernel takes f32, not " + std::string(dtype_name(dtype));
+  return "";
+}
+
+}  // namespace kiln::cpu

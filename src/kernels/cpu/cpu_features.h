@@ -1,0 +1,28 @@
+// Run-time CPU feature checks: optimized kernels are compiled for their instruction set with
+// function target attributes (never a global -march) and chosen only when the CPU has it.
+#pragma once
+
+#include <string>
+
+#include "kiln/dtype.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_X86 1
+// A function compiled for AVX2+FMA; call it only when has_avx2_fma(). Per function rather than
+// per file, so that inline library code instantiated next to it stays portable.
+#define KILN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+// `x` on x86 builds, where the AVX2 kernels exist; null elsewhere.
+#define KILN_IF_X86(x) x
+#else
+#define KILN_IF_X86(x) nullptr
+#endif
+
+namespace kiln::cpu {
+
+// AVX2 and FMA together (Haswell and Zen onward): what Kiln's vectorized kernels need.
+bool has_avx2_fma();
+
+// Why an AVX2 kernel for f32 can't run on this CPU with this dtype; empty when it can.
+std::string avx2_f32_unsupported_reason(DType dtype);
+
+}  // namespace kiln::cpu

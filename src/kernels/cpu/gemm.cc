@@ -1,0 +1,103 @@
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+
+#include "dnnl.hpp"
+
+namespace kiln::cpu {
+
+MatmulGeometry make_matmul_geometry(const std::vector<int64_t>& a_sizes,
+                                    const std::vector<int64_t>& b_sizes, bool transpose_b) {
+  KILN_ASSERT(!a_sizes.empty() && !b_sizes.empty(), "matmul of a scalar");
+  MatmulGeometry g;
+  const size_t a_rank = a_sizes.size(), b_rank = b_sizes.size();
+  g.m = a_rank == 1 ? 1 : a_sizes[a_rank - 2];
+  g.k = a_sizes.back();
+  int64_t b_k;
+  if (b_rank == 1) {
+    // A vector is the same memory as a column [K, 1] and as a transposed row [1, K].
+    b_k = b_sizes[0];
+    g.n = 1;
+  } else {
+    g.transpose_b = transpose_b;
+    b_k = transpose_b ? b_sizes.back() : b_sizes[b_rank - 2];
+    g.n = transpose_b ? b_sizes[b_rank - 2] : b_sizes.back();
+  }
+  KILN_ASSERT(b_k == g.k, "matmul contraction dims differ: " << g.k << " vs " << b_k);
+
+  const size_t a_batch_rank = a_rank > 2 ? a_rank - 2 : 0;
+  const size_t b_batch_rank = b_rank > 2 ? b_rank - 2 : 0;
+  const size_t rank = std::max(a_batch_rank, b_batch_rank);
+  g.a_batch.assign(rank - a_batch_rank, 1);
+  g.a_batch.insert(g.a_batch.end(), a_sizes.begin(), a_sizes.begin() + a_batch_rank);
+  g.b_batch.assign(rank - b_batch_rank, 1);
+  g.b_batch.insert(g.b_batch.end(), b_sizes.begin(), b_sizes.begin() + b_batch_rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t a = g.a_batch[i], b = g.b_batch[i];
+    KILN_ASSERT(a == b || a == 1 || b == 1,
+                "matmul batch dims don't broadcast: " << a << " vs " << b);
+    g.batch.push_back(a == 1 ? b : a);
+  }
+
+  const bool b_shared =
+      std::all_of(g.b_batch.begin(), g.b_batch.end(), [](int64_t d) { return d == 1; });
+  if (b_shared && g.a_batch == g.batch) {
+    for (int64_t d : g.batch) g.m *= d;
+    g.batch.clear();
+    g.a_batch.clear();
+    g.b_batch.clear();
+  }
+
+  int64_t count = 1;
+  for (int64_t d : g.batch) count *= d;
+  g.a_offsets.reserve(static_cast<size_t>(count));
+  g.b_offsets.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t a_index = 0, b_index = 0;  // matrix indices within each operand's own batch
+    for (size_t d = 0; d < rank; ++d) {
+      a_index = a_index * g.a_batch[d] + (g.a_batch[d] == 1 ? 0 : index[d]);
+      b_index = b_index * g.b_batch[d] + (g.b_batch[d] == 1 ? 0 : index[d]);
+    }
+    g.a_offsets.push_back(a_index * g.m * g.k);
+    g.b_offsets.push_back(b_index * g.k * g.n);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < g.batch[d]) break;
+      index[d] = 0;
+    }
+  }
+  return g;
+}
+
+// Measured with 2 threads, f32, GFLOP/s, B prepacked for oneDNN (the table is in docs/ops.md):
+//  * oneDNN with AVX-512 (its brgemm matmul; a 2-vCPU Zen 4 EPYC): oneDNN is ahead at every
+//    shape measured: 128x768x768 (MxKxN) 229 vs OpenBLAS 196, 16x768x768 225 vs 133, 1x768x3072
+//    83 vs 9; a batch of 12 128x64x128 216 vs 45.
+//  * oneDNN without AVX-512 (its gemm-based matmul): on the reference 2-vCPU AVX2 EPYC, oneDNN
+//    38-44 vs OpenBLAS 10 at 1x768x768 but 39-72 vs 134-169 at M = 128. With ONEDNN_MAX_CPU_ISA
+//    =AVX2 on the Zen 4 EPYC oneDNN is ahead below M = 16 too (1x768x3072: 63 vs 9).
+GemmLibrary preferred_gemm_library(const MatmulGeometry& g, std::string* why) {
+  static const bool onednn_has_avx512 = [] {
+    auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & avx512) == avx512;
+  }();
+  constexpr int64_t kOpenBlasMinM = 16;
+  auto choose = [&](GemmLibrary lib, const std::string& reason) {
+    if (why) *why = reason;
+    return lib;
+  };
+  if (onednn_has_avx512)
+    return choose(GemmLibrary::OneDNN,
+                  "oneDNN's AVX-512 matmul is faster than OpenBLAS at every measured shape on "
+                  "AVX-512 CPUs (128x768x768: 229 vs 196 GFLOP/s)");
+  if (g.m < kOpenBlasMinM)
+    return choose(GemmLibrary::OneDNN, "M=" + std::to_string(g.m) +
+                                           " < 16: oneDNN is faster for small M on AVX2 CPUs "
+                                           "(measured 1x768x768: 38-44 vs 10 GFLOP/s)");
+  return choose(GemmLibrary::OpenBLAS, "M=" + std::to_string(g.m) +
+                                           " >= 16: OpenBLAS is faster on AVX2 CPUs (measured "
+                                           "128x768x768: 153 vs 68-72 GFLOP/s)");
+}
+
+}  // namespace kiln::cpu

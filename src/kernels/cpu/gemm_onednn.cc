@@ -1,0 +1,77 @@
+// Matmul through oneDNN's matmul primitive: the whole broadcast batch in one primitive, B
+// reordered once into the primitive's preferred layout when it is a graph constant.
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/library_threads.h"
+#include "kernels/cpu/onednn_util.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+std::vector<int64_t> with_matrix(std::vector<int64_t> batch, int64_t rows, int64_t cols) {
+  batch.push_back(rows);
+  batch.push_back(cols);
+  return batch;
+}
+
+class OneDnnMatmul final : public KernelInstance {
+ public:
+  OneDnnMatmul(const MatmulGeometry& g, const KernelSpec& spec) : threads_(spec.threads) {
+    // Creation sizes the primitive's work split by the thread count it sees.
+    LibraryThreads scope(threads_);
+    src_desc_ = plain_f32_desc(with_matrix(g.a_batch, g.m, g.k));
+    dst_desc_ = plain_f32_desc(with_matrix(g.batch, g.m, g.n));
+    dnnl::memory::desc b_desc;
+    if (g.transpose_b) {
+      // B is stored [..., N, K]: describe it as [..., K, N] with the last two strides swapped.
+      dnnl::memory::dims strides = row_major_strides(with_matrix(g.b_batch, g.n, g.k));
+      std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+      b_desc = dnnl::memory::desc(to_dims(with_matrix(g.b_batch, g.k, g.n)),
+                                  dnnl::memory::data_type::f32, strides);
+    } else {
+      b_desc = plain_f32_desc(with_matrix(g.b_batch, g.k, g.n));
+    }
+    const Tensor* b_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
+    dnnl::memory::desc weights_request =
+        b_constant ? dnnl::memory::desc(b_desc.dims(), dnnl::memory::data_type::f32,
+                                        dnnl::memory::format_tag::any)
+                   : b_desc;
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_desc_, weights_request, dst_desc_),
+                                    user_scratchpad_attr(), onednn_engine());
+    primitive_ = dnnl::matmul(pd);
+    scratchpad_desc_ = pd.scratchpad_desc();
+    weights_desc_ = pd.weights_desc();
+    if (b_constant) packed_b_ = reorder_into(b_desc, b_constant->data(), weights_desc_);
+  }
+
+  size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
+
+  void run(std::span<const void* const> inputs, std::span<void* const> outputs,
+           void* scratch) const override {
+    LibraryThreads scope(threads_);
+    const dnnl::engine& engine = onednn_engine();
+    void* b = packed_b_.data() ? packed_b_.data() : const_cast<void*>(inputs[1]);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, const_cast<void*>(inputs[0]))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, b)},
+        {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, outputs[0])},
+        {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
+    execute_and_wait(primitive_, args);
+  }
+
+ private:
+  int threads_;
+  dnnl::memory::desc src_desc_, weights_desc_, dst_desc_, scratchpad_desc_;
+  dnnl::matmul primitive_;
+  Tensor packed_b_;  // B in weights_desc_ when it is a constant, else no storage
+};
+
+}  // namespace
+
+std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
+                                                     const KernelSpec& spec) {
+  KILN_ASSERT(!g.is_degenerate(), "oneDNN matmul given a degenerate geometry");
+  return std::make_unique<OneDnnMatmul>(g, spec);
+}
+
+}  // namespace kiln::cpu

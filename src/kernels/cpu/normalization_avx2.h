@@ -1,0 +1,29 @@
+// AVX2+FMA kernels for f32 softmax and layer norm (x86 only; call them only when
+// has_avx2_fma()). Sums run in double, so the results stay within a few ULP of the reference
+// kernels however long the rows are.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/cpu_features.h"
+
+namespace kiln::cpu {
+
+#ifdef KILN_X86
+namespace avx2 {
+
+// Softmax of each of `rows` contiguous rows of n elements.
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t n);
+// Softmax down `count` (1..8) adjacent columns of an [n, stride] block: element k of column c
+// is at x[k * stride + c].
+void softmax_columns(const float* x, float* y, int64_t n, int64_t stride, int64_t count);
+
+// Layer norm of `rows` rows of n elements: y = (x - mean) / sqrt(var + eps) * weight + bias, the
+// weight and bias (n elements each) optional (null).
+void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
+                int64_t n, double eps);
+
+}  // namespace avx2
+#endif
+
+}  // namespace kiln::cpu

@@ -1,0 +1,126 @@
+// matmul: torch.matmul on f32 and f64, batch dims broadcast, rank-1 operands included, and an
+// optional transpose_b for B stored as [..., N, K] (a linear layer's weights).
+//
+// Kernels, best first: OpenBLAS and oneDNN (f32), each taking the shape classes where it was
+// measured faster (kernels/cpu/gemm.cc), then the reference loops (f32, f64).
+#include <algorithm>
+#include <climits>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel_chunks.h"
+#include "ops/op_registry.h"
+
+namespace kiln {
+
+namespace {
+
+using cpu::MatmulGeometry;
+
+void infer_matmul(InferContext& ctx) {
+  const TensorType& a = ctx.input(0);
+  const TensorType& b = ctx.input(1);
+  ctx.check(a.dtype == b.dtype, "A and B must have the same dtype");
+  ctx.check(a.dtype == DType::F32 || a.dtype == DType::F64, "matmul supports f32 and f64");
+  ctx.check(a.rank() >= 1 && b.rank() >= 1,
+            "A and B need at least one dim each; multiply scalars with mul");
+  const bool transpose_b = ctx.attr_bool("transpose_b");
+  const size_t ar = a.rank(), br = b.rank();
+  Dim a_k = a.shape[ar - 1];
+  Dim b_k = br == 1 ? b.shape[0] : transpose_b ? b.shape[br - 1] : b.shape[br - 2];
+  ctx.unify(a_k, b_k,
+            std::string("contraction dims (K: A's last dim, B's ") +
+                (br == 1       ? "only dim"
+                 : transpose_b ? "last dim with transpose_b"
+                               : "second-last dim") +
+                ")");
+  Shape a_batch(a.shape.begin(), a.shape.begin() + (ar > 2 ? ar - 2 : 0));
+  Shape b_batch(b.shape.begin(), b.shape.begin() + (br > 2 ? br - 2 : 0));
+  Shape out = ctx.broadcast(a_batch, b_batch);
+  if (ar >= 2) out.push_back(a.shape[ar - 2]);
+  if (br >= 2) out.push_back(transpose_b ? b.shape[br - 2] : b.shape[br - 1]);
+  ctx.set_output(0, TensorType{a.dtype, out, Layout::Plain});
+}
+
+MatmulGeometry geometry_of(const KernelSpec& spec) {
+  return cpu::make_matmul_geometry(spec.input_sizes(0), spec.input_sizes(1),
+                                   spec.node.attr_bool("transpose_b"));
+}
+
+template <typename T>
+void reference_matmul(const MatmulGeometry& g, const T* a, const T* b, T* c, int threads) {
+  cpu::parallel_chunks(g.batch_count() * g.m, g.n * g.k, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t batch = row / g.m;
+      const T* a_row = a + g.a_offsets[batch] + (row % g.m) * g.k;
+      const T* b_mat = b + g.b_offsets[batch];
+      for (int64_t j = 0; j < g.n; ++j) {
+        // Accumulating in double makes the f32 reference exact to about 2^-53 of the sum of
+        // |a*b|: the yardstick the optimized kernels' error bound is checked against.
+        double sum = 0;
+        for (int64_t p = 0; p < g.k; ++p)
+          sum += static_cast<double>(a_row[p]) *
+                 static_cast<double>(g.transpose_b ? b_mat[j * g.k + p] : b_mat[p * g.n + j]);
+        c[row * g.n + j] = static_cast<T>(sum);
+      }
+    }
+  });
+}
+
+std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
+  auto make = [&]<typename T>(T*) {
+    return make_kernel([g = geometry_of(spec), threads = spec.threads](
+                           std::span<const void* const> in, std::span<void* const> out) {
+      reference_matmul(g, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+                       static_cast<T*>(out[0]), threads);
+    });
+  };
+  if (spec.inputs[0].dtype == DType::F64) return make(static_cast<double*>(nullptr));
+  return make(static_cast<float*>(nullptr));
+}
+
+// The libraries can't take empty operands (oneDNN 2.6 traps with SIGFPE creating a K = 0
+// primitive), so their kernels leave those to the reference loops, which write the zeros.
+using LibraryCreate = std::unique_ptr<KernelInstance> (*)(const MatmulGeometry&, const KernelSpec&);
+std::function<std::unique_ptr<KernelInstance>(const KernelSpec&)> library_kernel(
+    LibraryCreate create) {
+  return [create](const KernelSpec& spec) {
+    MatmulGeometry g = geometry_of(spec);
+    return g.is_degenerate() ? create_reference(spec) : create(g, spec);
+  };
+}
+
+// DNNL_MAX_NDIMS is 12: the matrix dims and 10 batch dims.
+std::string onednn_unsupported(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype != DType::F32) return "f32 only";
+  if (geometry_of(spec).batch.size() > 10) return "oneDNN takes at most 10 batch dims";
+  return "";
+}
+
+std::string openblas_unsupported(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype != DType::F32) return "f32 only";
+  MatmulGeometry g = geometry_of(spec);
+  if (std::max({g.m, g.n, g.k}) > INT_MAX) return "a dim exceeds OpenBLAS's 32-bit sizes";
+  std::string why;
+  if (cpu::preferred_gemm_library(g, &why) != cpu::GemmLibrary::OpenBLAS &&
+      onednn_unsupported(spec).empty())
+    return why;
+  return "";
+}
+
+}  // namespace
+
+void register_matmul_ops(OpRegistry& registry) {
+  OpDef def;
+  def.name = "matmul";
+  def.inputs = {{"A"}, {"B"}};
+  def.attrs = {{"transpose_b", false}};
+  def.infer = infer_matmul;
+  def.kernels = {
+      {"openblas", "native", openblas_unsupported, library_kernel(cpu::create_openblas_matmul)},
+      {"onednn", "onednn", onednn_unsupported, library_kernel(cpu::create_onednn_matmul)},
+      {"reference", "native", nullptr, create_reference},
+  };
+  registry.add(std::move(def));
+}
+
+}  // namespace kiln

@@ -1,0 +1,256 @@
+// Normalization ops: softmax over one axis, layer_norm over the trailing dims.
+//
+//   softmax(x; axis = -1)                                 axis may be negative
+//   layer_norm(x, [weight, [bias]]; normalized_ndim = 1, eps = 1e-5)
+//     normalizes over the last normalized_ndim dims; weight and bias, when given, have exactly
+//     those dims (PyTorch's elementwise_affine; weight alone is bias=False).
+//
+// Reference kernels compute in double for f32 (the yardstick for the AVX2 kernels).
+#include <cmath>
+#include <limits>
+#include <span>
+#include <type_traits>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/normalization_avx2.h"
+#include "kernels/cpu/parallel_chunks.h"
+#include "ops/op_registry.h"
+
+namespace kiln {
+
+namespace {
+
+template <typename T>
+using Wide = std::conditional_t<std::is_same_v<T, float>, double, T>;
+
+void check_floating(InferContext& ctx, DType dtype) {
+  ctx.check(dtype == DType::F32 || dtype == DType::F64,
+            ctx.op() + " takes f32 or f64, not " + std::string(dtype_name(dtype)) +
+                "; insert a cast");
+}
+
+#ifdef KILN_X86
+std::string avx2_unsupported_reason(const KernelSpec& spec) {
+  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+}
+#endif
+
+// x viewed as [outer, n, inner] around a dim or a split point.
+struct Extents {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+// ---------------------------------------------------------------- softmax
+
+// The axis in [0, rank) (the builder checked it).
+size_t softmax_axis(const Node& node, size_t rank) {
+  int64_t axis = node.attr_int("axis");
+  return static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
+}
+
+Extents softmax_extents(const KernelSpec& spec) {
+  std::vector<int64_t> sizes = spec.input_sizes(0);
+  size_t axis = softmax_axis(spec.node, sizes.size());
+  Extents e;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    (d < axis ? e.outer : d == axis ? e.n : e.inner) *= sizes[d];
+  return e;
+}
+
+void infer_softmax(InferContext& ctx) {
+  const TensorType& x = ctx.input(0);
+  check_floating(ctx, x.dtype);
+  const int64_t rank = static_cast<int64_t>(x.rank());
+  const int64_t axis = ctx.attr_int("axis");
+  ctx.check(rank >= 1, "softmax needs a tensor of rank 1 or more");
+  ctx.check(axis >= -rank && axis < rank,
+            "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) +
+                "; use [-" + std::to_string(rank) + ", " + std::to_string(rank - 1) + "]");
+  ctx.set_output(0, x);
+}
+
+// One column (outer index o, inner index i) of [outer, n, inner]: max, exp, normalize.
+template <typename T>
+void softmax_reference_column(const T* x, T* y, int64_t n, int64_t inner) {
+  using W = Wide<T>;
+  W max = -std::numeric_limits<W>::infinity();
+  for (int64_t k = 0; k < n; ++k) {
+    W v = x[k * inner];
+    if (std::isnan(v) || v > max) max = v;  // a NaN stays: no v compares greater
+  }
+  W sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += std::exp(W(x[k * inner]) - max);
+  for (int64_t k = 0; k < n; ++k)
+    y[k * inner] = static_cast<T>(std::exp(W(x[k * inner]) - max) / sum);
+}
+
+template <typename T>
+std::unique_ptr<KernelInstance> softmax_reference(const KernelSpec& spec) {
+  return make_kernel([e = softmax_extents(spec), threads = spec.threads](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    const T* x = static_cast<const T*>(in[0]);
+    T* y = static_cast<T*>(out[0]);
+    cpu::parallel_chunks(e.outer * e.inner, e.n, threads, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t offset = (c / e.inner) * e.n * e.inner + c % e.inner;
+        softmax_reference_column(x + offset, y + offset, e.n, e.inner);
+      }
+    });
+  });
+}
+
+#ifdef KILN_X86
+std::unique_ptr<KernelInstance> softmax_avx2(const KernelSpec& spec) {
+  return make_kernel([e = softmax_extents(spec), threads = spec.threads](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    const float* x = static_cast<const float*>(in[0]);
+    float* y = static_cast<float*>(out[0]);
+    if (e.inner == 1) {
+      cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+        cpu::avx2::softmax_rows(x + begin * e.n, y + begin * e.n, end - begin, e.n);
+      });
+      return;
+    }
+    // Blocks of 8 adjacent columns of the inner dim, each [n, inner] slab strided by inner.
+    const int64_t blocks = (e.inner + 7) / 8;
+    cpu::parallel_chunks(e.outer * blocks, 8 * e.n, threads, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        int64_t column = (b % blocks) * 8;
+        int64_t offset = (b / blocks) * e.n * e.inner + column;
+        cpu::avx2::softmax_columns(x + offset, y + offset, e.n, e.inner,
+                                   std::min<int64_t>(8, e.inner - column));
+      }
+    });
+  });
+}
+#endif
+
+// ---------------------------------------------------------------- layer_norm
+
+Extents layer_norm_extents(const KernelSpec& spec) {
+  std::vector<int64_t> sizes = spec.input_sizes(0);
+  size_t first = sizes.size() - static_cast<size_t>(spec.node.attr_int("normalized_ndim"));
+  Extents e;
+  for (size_t d = 0; d < sizes.size(); ++d) (d < first ? e.outer : e.n) *= sizes[d];
+  return e;
+}
+
+void infer_layer_norm(InferContext& ctx) {
+  const TensorType& x = ctx.input(0);
+  check_floating(ctx, x.dtype);
+  const int64_t rank = static_cast<int64_t>(x.rank());
+  const int64_t k = ctx.attr_int("normalized_ndim");
+  ctx.check(k >= 1 && k <= rank, "normalized_ndim is " + std::to_string(k) +
+                                     "; it must be in [1, " + std::to_string(rank) +
+                                     "] (the input's rank)");
+  ctx.check(ctx.attr_float("eps") >= 0, "eps must not be negative");
+  ctx.check(ctx.num_inputs() <= 3, "takes x and at most a weight and a bias, got " +
+                                       std::to_string(ctx.num_inputs()) + " inputs");
+  const Shape normalized(x.shape.end() - k, x.shape.end());
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    const TensorType& p = ctx.input(i);
+    const std::string what = i == 1 ? "weight" : "bias";
+    ctx.check(p.dtype == x.dtype, "the " + what + "'s dtype differs from x's; insert a cast");
+    ctx.check(p.shape.size() == normalized.size(),
+              "the " + what + " must have the normalized dims " +
+                  shape_string(normalized, &ctx.symbols()) + ", not " +
+                  shape_string(p.shape, &ctx.symbols()));
+    for (size_t d = 0; d < normalized.size(); ++d)
+      ctx.unify(normalized[d], p.shape[d], "x's normalized dims and the " + what + "'s dims");
+  }
+  ctx.set_output(0, x);
+}
+
+template <typename T>
+void layer_norm_reference_row(const T* x, const T* weight, const T* bias, T* y, int64_t n,
+                              double eps) {
+  using W = Wide<T>;
+  W sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const W mean = sum / static_cast<W>(n);
+  W squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += (x[i] - mean) * (x[i] - mean);
+  const W rstd = 1 / std::sqrt(squares / static_cast<W>(n) + static_cast<W>(eps));
+  for (int64_t i = 0; i < n; ++i) {
+    W v = (x[i] - mean) * rstd;
+    if (weight) v *= weight[i];
+    if (bias) v += bias[i];
+    y[i] = static_cast<T>(v);
+  }
+}
+
+// Calls fn(x, weight or null, bias or null, y, extents, eps, threads) at run time.
+template <typename Fn>
+std::unique_ptr<KernelInstance> layer_norm_kernel(const KernelSpec& spec, Fn fn) {
+  return make_kernel([fn, e = layer_norm_extents(spec), eps = spec.node.attr_float("eps"),
+                      params = spec.inputs.size() - 1, threads = spec.threads](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    fn(in[0], params >= 1 ? in[1] : nullptr, params >= 2 ? in[2] : nullptr, out[0], e, eps,
+       threads);
+  });
+}
+
+template <typename T>
+std::unique_ptr<KernelInstance> layer_norm_reference(const KernelSpec& spec) {
+  return layer_norm_kernel(spec, [](const void* x, const void* w, const void* b, void* y,
+                                    Extents e, double eps, int threads) {
+    cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        layer_norm_reference_row(static_cast<const T*>(x) + r * e.n, static_cast<const T*>(w),
+                                 static_cast<const T*>(b), static_cast<T*>(y) + r * e.n, e.n, eps);
+    });
+  });
+}
+
+#ifdef KILN_X86
+std::unique_ptr<KernelInstance> layer_norm_avx2(const KernelSpec& spec) {
+  return layer_norm_kernel(spec, [](const void* x, const void* w, const void* b, void* y,
+                                    Extents e, double eps, int threads) {
+    cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+      cpu::avx2::layer_norm(static_cast<const float*>(x) + begin * e.n,
+                            static_cast<const float*>(w), static_cast<const float*>(b),
+                            static_cast<float*>(y) + begin * e.n, end - begin, e.n, eps);
+    });
+  });
+}
+#endif
+
+// The reference kernel: make(T{}, spec) for T = float or double.
+template <typename Make>
+KernelDef reference_kernel(Make make) {
+  return KernelDef{"reference", "native", [](const KernelSpec&) { return std::string(); },
+                   [make](const KernelSpec& spec) {
+                     return spec.inputs[0].dtype == DType::F32 ? make(float{}, spec)
+                                                               : make(double{}, spec);
+                   }};
+}
+
+}  // namespace
+
+void register_normalization_ops(OpRegistry& registry) {
+  OpDef softmax;
+  softmax.name = "softmax";
+  softmax.inputs = {{"x"}};
+  softmax.attrs = {{"axis", int64_t{-1}}};
+  softmax.infer = infer_softmax;
+#ifdef KILN_X86
+  softmax.kernels.push_back({"avx2", "native", avx2_unsupported_reason, softmax_avx2});
+#endif
+  softmax.kernels.push_back(reference_kernel(
+      [](auto t, const KernelSpec& spec) { return softmax_reference<decltype(t)>(spec); }));
+  registry.add(std::move(softmax));
+
+  OpDef layer_norm;
+  layer_norm.name = "layer_norm";
+  layer_norm.inputs = {{"x"}, {"weight_bias", true}};
+  layer_norm.attrs = {{"normalized_ndim", int64_t{1}}, {"eps", 1e-5}};
+  layer_norm.infer = infer_layer_norm;
+#ifdef KILN_X86
+  layer_norm.kernels.push_back({"avx2", "native", avx2_unsupported_reason, layer_norm_avx2});
+#endif
+  layer_norm.kernels.push_back(reference_kernel(
+      [](auto t, const KernelSpec& spec) { return layer_norm_reference<decltype(t)>(spec); }));
+  registry.add(std::move(layer_norm));
+}
+
+}  // namespace kiln

@@ -1,0 +1,85 @@
+#include "ops/window_dims.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+std::string signed_term(int64_t v) {
+  if (v == 0) return "";
+  return (v > 0 ? "+" : "") + std::to_string(v);
+}
+
+int64_t largest_size(InferContext& ctx, Dim in) {
+  return in.is_static() ? in.size() : ctx.symbols()[in.symbol()].max;
+}
+
+}  // namespace
+
+int64_t window_count(int64_t in, const WindowAxis& a) {
+  const int64_t span = in + a.pad_begin + a.pad_end - a.extent();
+  int64_t count = floor_div(span + (a.ceil_mode ? a.stride - 1 : 0), a.stride) + 1;
+  // PyTorch drops a ceil-mode window that would start in the right padding.
+  if (a.ceil_mode && (count - 1) * a.stride >= in + a.pad_begin) --count;
+  return count;
+}
+
+Dim window_output_dim(InferContext& ctx, Dim in, const WindowAxis& a, const std::string& what) {
+  const int64_t largest = largest_size(ctx, in);
+  const int64_t count = window_count(largest, a);
+  if (count < 1)
+    ctx.fail("no window fits: a window spans " + std::to_string(a.extent()) + " input " + what +
+             "s (kernel " + std::to_string(a.kernel) + ", dilation " + std::to_string(a.dilation) +
+             ") but the input has " + (in.is_static() ? "" : "at most ") + std::to_string(largest) +
+             " " + what + "s plus padding " + std::to_string(a.pad_begin) + " and " +
+             std::to_string(a.pad_end) + "; pad more or use a smaller kernel");
+  const int64_t pad = a.pad_begin + a.pad_end;
+  std::string expr;
+  if (a.ceil_mode && a.stride > 1) {
+    const std::string s = std::to_string(a.stride);
+    expr = "ceil(({}" + signed_term(pad - a.extent()) + ")/" + s + ")";
+    // The start-inside rule can only drop a window when pad_begin + stride > extent.
+    if (a.pad_begin + a.stride > a.extent())
+      expr = "min(" + expr + ",({}" + signed_term(a.pad_begin - 1) + ")/" + s + ")";
+    expr += "+1";
+  } else {
+    const int64_t offset = pad - a.extent() + (a.stride == 1 ? 1 : 0);
+    if (a.stride == 1 && offset == 0) return in;  // a "same" window keeps the dim itself
+    expr = a.stride == 1 ? "{}" + signed_term(offset)
+                         : "({}" + signed_term(offset) + ")/" + std::to_string(a.stride) + "+1";
+  }
+  return ctx.derive(
+      in, [a](int64_t size) { return std::max<int64_t>(window_count(size, a), 0); }, expr);
+}
+
+int64_t transposed_window_size(int64_t in, const WindowAxis& a, int64_t output_padding) {
+  return (in - 1) * a.stride - a.pad_begin - a.pad_end + a.extent() + output_padding;
+}
+
+Dim transposed_output_dim(InferContext& ctx, Dim in, const WindowAxis& a, int64_t output_padding,
+                          const std::string& what) {
+  const int64_t largest = largest_size(ctx, in);
+  const int64_t size = transposed_window_size(largest, a, output_padding);
+  if (size < 1)
+    ctx.fail("the output would have " + std::to_string(size) + " " + what + "s from " +
+             (in.is_static() ? "" : "at most ") + std::to_string(largest) + " input " + what +
+             "s (stride " + std::to_string(a.stride) + ", padding " + std::to_string(a.pad_begin) +
+             ", kernel " + std::to_string(a.kernel) + ", dilation " + std::to_string(a.dilation) +
+             ", output_padding " + std::to_string(output_padding) + "); use less padding");
+  // (in - 1) * stride + c written as in * stride + (c - stride).
+  const int64_t shift = size - largest * a.stride;
+  if (a.stride == 1 && shift == 0) return in;
+  const std::string expr =
+      (a.stride == 1 ? "{}" : "{}*" + std::to_string(a.stride)) + signed_term(shift);
+  return ctx.derive(
+      in,
+      [a, output_padding](int64_t s) {
+        return std::max<int64_t>(transposed_window_size(s, a, output_padding), 0);
+      },
+      expr);
+}
+
+}  // namespace kiln

@@ -1,0 +1,38 @@
+// Dead code elimination: a node none of whose outputs reach a graph output is removed.
+//   %a = op(...)  with %a unused and not an output   →   (nothing)
+#include <unordered_set>
+
+#include "passes/pass.h"
+#include "passes/pass_list.h"
+
+namespace kiln {
+
+namespace {
+
+class DeadCodeElimination final : public Pass {
+ public:
+  std::string name() const override { return "dead_code_elimination"; }
+
+  bool run(Graph& graph) override {
+    std::unordered_set<const Value*> graph_outputs(graph.outputs().begin(), graph.outputs().end());
+    bool changed = false;
+    std::vector<Node*> nodes = graph.nodes();
+    // Reverse topological order: removing a node may make its producers dead in the same sweep.
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      bool live = false;
+      for (Value* out : (*it)->outputs())
+        live |= !out->users().empty() || graph_outputs.count(out);
+      if (!live) {
+        graph.remove_node(*it);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_dead_code_elimination() { return std::make_unique<DeadCodeElimination>(); }
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+// An executable plan: the graph bound to concrete input sizes, with a kernel per node and every
+// intermediate buffer placed in one arena. Immutable once built; runs concurrently.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime.h"
+#include "ops/op_registry.h"
+#include "runtime/memory_planner.h"
+
+namespace kiln {
+
+// Where a value lives during a run.
+struct Slot {
+  enum class Kind : uint8_t { Input, Constant, Arena, Output };
+  Kind kind;
+  size_t index = 0;  // input or output position, or arena offset
+  const void* constant = nullptr;
+};
+
+struct PlanStep {
+  const Node* node;
+  std::string kernel_name;
+  std::unique_ptr<KernelInstance> kernel;
+  std::vector<size_t> inputs;   // slot ids
+  std::vector<size_t> outputs;  // slot ids
+  size_t scratch_offset = 0;
+};
+
+// Per-run working memory, pooled by the plan so repeated runs allocate nothing.
+struct RunContext {
+  Tensor arena;
+  std::vector<void*> slot_pointers;
+  std::vector<const void*> step_inputs;
+  std::vector<void*> step_outputs;
+};
+
+class ExecPlan {
+ public:
+  // Binds `graph` to `input_sizes` (already validated) and prepares every kernel.
+  ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
+           const CompileOptions& options, int threads);
+
+  const std::vector<std::vector<int64_t>>& output_sizes() const { return output_sizes_; }
+  const std::vector<DType>& output_dtypes() const { return output_dtypes_; }
+  void run(const std::vector<TensorView>& inputs, const std::vector<void*>& outputs) const;
+  std::string describe() const;
+
+ private:
+  std::unique_ptr<RunContext> acquire() const;
+  void release(std::unique_ptr<RunContext> context) const;
+
+  std::vector<Slot> slots_;
+  std::vector<PlanStep> steps_;
+  // Graph outputs that no step writes directly (inputs, constants, repeated outputs): copied
+  // from their slot into the output buffer after the steps.
+  struct OutputCopy {
+    size_t slot;
+    size_t output;
+    size_t bytes;
+  };
+  std::vector<OutputCopy> output_copies_;
+  std::vector<std::vector<int64_t>> output_sizes_;
+  std::vector<DType> output_dtypes_;
+  std::vector<BufferLifetime> buffers_;
+  MemoryPlan memory_plan_;
+  size_t max_arity_in_ = 0, max_arity_out_ = 0;
+
+  mutable std::mutex pool_mutex_;
+  mutable std::vector<std::unique_ptr<RunContext>> idle_contexts_;
+};
+
+}  // namespace kiln

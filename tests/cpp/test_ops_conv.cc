@@ -1,0 +1,325 @@
+// conv2d: type inference (symbolic dims included), the reference kernel on hand-computed values,
+// and the oneDNN kernel against the reference on random inputs (error bound in kernel_harness.h).
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <thread>
+
+#include "kernel_harness.h"
+
+namespace kiln {
+namespace {
+
+using test::abs_of;
+using test::create_and_run;
+using test::error_message;
+using test::run_instance;
+using test::spec_with_constants;
+using test::tensor_of;
+using test::values_as_double;
+
+TensorType f32(std::vector<int64_t> sizes) { return TensorType{DType::F32, make_shape(sizes)}; }
+
+struct ConvCase {
+  std::vector<int64_t> x, w;
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+
+  AttrMap attrs() const {
+    return {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}};
+  }
+  std::string name() const {
+    std::ostringstream out;
+    out << "x" << shape_string(x) << " w" << shape_string(w) << " stride" << shape_string(stride)
+        << " padding" << shape_string(padding) << " dilation" << shape_string(dilation)
+        << " groups " << groups;
+    return out.str();
+  }
+};
+
+// A graph holding one conv2d node; w (and bias) are constants when asked, as weights are.
+struct ConvGraph {
+  Graph graph;
+  Node* node = nullptr;
+  std::vector<Tensor> inputs;
+
+  ConvGraph(const ConvCase& c, bool bias, const std::string& activation, bool w_constant,
+            std::mt19937& rng, DType dtype = DType::F32) {
+    inputs = {test::random_tensor(dtype, c.x, rng, -1, 1),
+              test::random_tensor(dtype, c.w, rng, -1, 1)};
+    std::vector<Value*> operands{graph.add_input("x", TensorType{dtype, make_shape(c.x)})};
+    operands.push_back(w_constant ? graph.add_constant("w", inputs[1])
+                                  : graph.add_input("w", TensorType{dtype, make_shape(c.w)}));
+    if (bias) {
+      inputs.push_back(test::random_tensor(dtype, {c.w[0]}, rng, -1, 1));
+      operands.push_back(w_constant
+                             ? graph.add_constant("bias", inputs[2])
+                             : graph.add_input("bias", TensorType{dtype, make_shape({c.w[0]})}));
+    }
+    AttrMap attrs = c.attrs();
+    attrs["fused_activation"] = activation;
+    graph.add("conv2d", operands, attrs);
+    node = graph.nodes().at(0);
+  }
+};
+
+std::vector<Tensor> abs_all(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(abs_of(t));
+  return out;
+}
+
+// Every epilogue (none, bias, bias + relu, relu), with w a constant (prepacked) and an input.
+void check_onednn_against_reference(const ConvCase& c) {
+  struct Variant {
+    bool bias;
+    const char* activation;
+    bool w_constant;
+  };
+  const Variant variants[] = {{false, "none", true},
+                              {true, "none", true},
+                              {true, "relu", true},
+                              {false, "relu", false},
+                              {true, "relu", false}};
+  std::mt19937 rng(static_cast<uint32_t>(c.x[1] * 131 + c.w[2] * 7 + c.groups));
+  for (const Variant& v : variants) {
+    const std::string what = c.name() + (v.bias ? " bias" : "") + " " + v.activation +
+                             (v.w_constant ? " (w constant)" : "");
+    SCOPED_TRACE(what);
+    ConvGraph g(c, v.bias, v.activation, v.w_constant, rng);
+    KernelSpec spec = spec_with_constants(*g.node);
+    ASSERT_EQ(test::kernel_of("conv2d", "onednn").unsupported_reason(spec), "");
+    Tensor expected = create_and_run("conv2d", "reference", spec, g.inputs);
+    // relu(s) moves no closer to or further from relu(t) than s from t, and the reference on
+    // |inputs| (all terms non-negative) is the magnitude sum itself.
+    Tensor magnitude = create_and_run("conv2d", "reference", spec, abs_all(g.inputs));
+    const int64_t terms = c.w[1] * c.w[2] * c.w[3] + (v.bias ? 1 : 0);
+    Tensor got = create_and_run("conv2d", "onednn", spec, g.inputs);
+    test::expect_within_dot_bound(got, expected, magnitude, terms, "onednn " + what);
+  }
+}
+
+// ---------------------------------------------------------------- reference, by hand
+
+Tensor reference_conv(const ConvCase& c, const std::vector<Tensor>& inputs,
+                      const std::string& activation = "none", DType dtype = DType::F32) {
+  Graph g;
+  std::vector<Value*> operands{g.add_input("x", TensorType{dtype, make_shape(c.x)}),
+                               g.add_input("w", TensorType{dtype, make_shape(c.w)})};
+  if (inputs.size() == 3)
+    operands.push_back(g.add_input("b", TensorType{dtype, make_shape({c.w[0]})}));
+  AttrMap attrs = c.attrs();
+  attrs["fused_activation"] = activation;
+  g.add("conv2d", operands, attrs);
+  return create_and_run("conv2d", "reference", spec_with_constants(*g.nodes()[0]), inputs);
+}
+
+TEST(OpsConv, ReferenceMatchesHandComputedValues) {
+  for (DType dtype : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // x = [[1 2 3] [4 5 6] [7 8 9]], w = [[1 0] [0 1]]: y[i, j] = x[i, j] + x[i+1, j+1].
+    Tensor x = tensor_of(dtype, {1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+    Tensor w = tensor_of(dtype, {1, 1, 2, 2}, {1, 0, 0, 1});
+    ConvCase c{{1, 1, 3, 3}, {1, 1, 2, 2}};
+    EXPECT_EQ(values_as_double(reference_conv(c, {x, w}, "none", dtype)),
+              (std::vector<double>{6, 8, 12, 14}));
+    // Bias -10, then relu.
+    Tensor b = tensor_of(dtype, {1}, {-10});
+    EXPECT_EQ(values_as_double(reference_conv(c, {x, w, b}, "relu", dtype)),
+              (std::vector<double>{0, 0, 2, 4}));
+    // Padding 1 on every side, stride 2: windows at rows/cols -1 and 1 of x.
+    //   y[i, j] = x[2i-1, 2j-1] + x[2i, 2j]: 0 + 1, 0 + 3, 0 + 7, 5 + 9.
+    c.padding = {1, 1};
+    c.stride = {2, 2};
+    EXPECT_EQ(values_as_double(reference_conv(c, {x, w}, "none", dtype)),
+              (std::vector<double>{1, 3, 7, 14}));
+  }
+
+  // Dilation 2 along W: y[j] = x[j] + x[j + 2].
+  ConvCase dilated{{1, 1, 1, 5}, {1, 1, 1, 2}};
+  dilated.dilation = {1, 2};
+  EXPECT_EQ(values_as_double(reference_conv(dilated, {tensor_of({1, 1, 1, 5}, {1, 2, 3, 4, 5}),
+                                                      tensor_of({1, 1, 1, 2}, {1, 1})})),
+            (std::vector<double>{4, 6, 8}));
+
+  // Asymmetric padding: 2 on the left only. Padded x = [0 0 1 2 3].
+  ConvCase left{{1, 1, 1, 3}, {1, 1, 1, 2}};
+  left.padding = {0, 2, 0, 0};
+  EXPECT_EQ(values_as_double(reference_conv(
+                left, {tensor_of({1, 1, 1, 3}, {1, 2, 3}), tensor_of({1, 1, 1, 2}, {1, 1})})),
+            (std::vector<double>{0, 1, 3, 5}));
+
+  // Two groups: each output channel sees its own input channel.
+  ConvCase grouped{{1, 2, 1, 1}, {2, 1, 1, 1}};
+  grouped.groups = 2;
+  EXPECT_EQ(values_as_double(reference_conv(
+                grouped, {tensor_of({1, 2, 1, 1}, {2, 3}), tensor_of({2, 1, 1, 1}, {10, 100})})),
+            (std::vector<double>{20, 300}));
+}
+
+TEST(OpsConv, ReferenceHandlesZeroSizeTensors) {
+  // No input channels: the output is the bias alone (then relu).
+  ConvCase no_channels{{1, 0, 3, 3}, {2, 0, 2, 2}};
+  EXPECT_EQ(values_as_double(
+                reference_conv(no_channels,
+                               {Tensor::empty(DType::F32, {1, 0, 3, 3}),
+                                Tensor::empty(DType::F32, {2, 0, 2, 2}), tensor_of({2}, {-1, 2})},
+                               "relu")),
+            (std::vector<double>{0, 0, 0, 0, 2, 2, 2, 2}));
+  // An empty batch gives an empty output; oneDNN leaves zero-size tensors to the reference.
+  Graph g;
+  g.add("conv2d", {g.add_input("x", f32({0, 3, 5, 5})), g.add_input("w", f32({4, 3, 3, 3}))});
+  KernelSpec spec = spec_with_constants(*g.nodes()[0]);
+  EXPECT_EQ(test::kernel_of("conv2d", "onednn").unsupported_reason(spec), "zero-size tensor");
+  Tensor out = create_and_run(
+      "conv2d", "reference", spec,
+      {Tensor::empty(DType::F32, {0, 3, 5, 5}), Tensor::empty(DType::F32, {4, 3, 3, 3})});
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{0, 4, 3, 3}));
+}
+
+// ---------------------------------------------------------------- oneDNN vs reference
+
+TEST(OpsConv, OneDnnMatchesReferenceOnStridesAndPadding) {
+  check_onednn_against_reference({{2, 8, 11, 13}, {16, 8, 3, 3}, {1, 1}, {1, 1}});
+  check_onednn_against_reference({{1, 5, 17, 17}, {7, 5, 3, 3}, {2, 2}, {1, 1}});
+  check_onednn_against_reference({{1, 5, 16, 15}, {6, 5, 3, 3}, {2, 1}, {0, 0}});
+  check_onednn_against_reference({{1, 4, 9, 10}, {5, 4, 3, 3}, {1, 1}, {0, 1, 2, 1}});
+  check_onednn_against_reference({{2, 3, 8, 9}, {4, 3, 2, 3}, {2, 2}, {1, 0, 0, 2}});
+}
+
+TEST(OpsConv, OneDnnMatchesReferenceOnDilation) {
+  check_onednn_against_reference({{1, 6, 13, 12}, {5, 6, 3, 3}, {1, 1}, {2, 2}, {2, 2}});
+  check_onednn_against_reference({{2, 3, 15, 11}, {4, 3, 3, 2}, {2, 1}, {1, 0, 2, 1}, {2, 3}});
+}
+
+TEST(OpsConv, OneDnnMatchesReferenceOnGroups) {
+  // Depthwise, at stride 1 and 2; depthwise with 2 outputs per channel; 2 groups.
+  check_onednn_against_reference({{2, 8, 10, 9}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8});
+  check_onednn_against_reference({{1, 16, 9, 9}, {16, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 16});
+  check_onednn_against_reference({{1, 4, 7, 8}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4});
+  check_onednn_against_reference({{2, 6, 9, 7}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 2});
+}
+
+TEST(OpsConv, OneDnnMatchesReferenceOnKernelShapes) {
+  check_onednn_against_reference({{2, 7, 5, 6}, {12, 7, 1, 1}});                   // 1x1
+  check_onednn_against_reference({{1, 64, 7, 7}, {32, 64, 1, 1}, {2, 2}});         // 1x1 stride 2
+  check_onednn_against_reference({{1, 3, 29, 31}, {8, 3, 7, 7}, {2, 2}, {3, 3}});  // the stem
+  check_onednn_against_reference({{1, 3, 1, 9}, {2, 3, 1, 3}});                    // a single row
+  check_onednn_against_reference({{3, 1, 1, 1}, {1, 1, 1, 1}});                    // 1x1x1
+  check_onednn_against_reference({{1, 17, 3, 3}, {3, 17, 3, 3}});                  // kernel = input
+}
+
+TEST(OpsConv, ConcurrentRunsOfOneInstanceMatchSerial) {
+  std::mt19937 rng(5);
+  ConvCase c{{2, 16, 14, 14}, {24, 16, 3, 3}, {1, 1}, {1, 1}};
+  for (bool w_constant : {false, true}) {
+    ConvGraph g(c, true, "relu", w_constant, rng);
+    KernelSpec spec = spec_with_constants(*g.node);
+    for (const char* name : {"onednn", "reference"}) {
+      SCOPED_TRACE(std::string(name) + (w_constant ? " w constant" : ""));
+      auto kernel = test::kernel_of("conv2d", name).create(spec);
+      Tensor serial = run_instance(*kernel, spec, g.inputs);
+      std::vector<Tensor> results(4);
+      std::vector<std::thread> threads;
+      for (size_t t = 0; t < results.size(); ++t)
+        threads.emplace_back([&, t] {
+          for (int repeat = 0; repeat < 5; ++repeat)
+            results[t] = run_instance(*kernel, spec, g.inputs);
+        });
+      for (std::thread& t : threads) t.join();
+      for (const Tensor& r : results) EXPECT_TRUE(r.same_contents(serial));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- type inference
+
+TEST(OpsConv, InfersOutputShapes) {
+  Graph g;
+  Value* x = g.add_input("x", f32({2, 6, 17, 20}));
+  auto conv = [&](std::vector<int64_t> w, AttrMap attrs) {
+    return g.add("conv2d", {x, g.add_input("w", f32(w))}, std::move(attrs))->type().shape;
+  };
+  EXPECT_EQ(conv({8, 6, 3, 3}, {}), make_shape({2, 8, 15, 18}));
+  EXPECT_EQ(conv({8, 6, 3, 3}, {{"padding", std::vector<int64_t>{1, 1}}}),
+            make_shape({2, 8, 17, 20}));
+  EXPECT_EQ(conv({8, 6, 3, 3}, {{"stride", std::vector<int64_t>{2, 3}},
+                                {"padding", std::vector<int64_t>{0, 1, 1, 2}}}),
+            make_shape({2, 8, 8, 7}));  // (17+1-3)/2+1 = 8, (20+3-3)/3+1 = 7
+  EXPECT_EQ(conv({8, 6, 3, 3}, {{"dilation", std::vector<int64_t>{2, 4}}}),
+            make_shape({2, 8, 13, 12}));
+  EXPECT_EQ(conv({6, 1, 5, 5}, {{"groups", int64_t{6}}}), make_shape({2, 6, 13, 16}));
+}
+
+TEST(OpsConv, InfersSymbolicSpatialDims) {
+  Graph g;
+  Dim n = g.add_symbol("N", 1, 8), h = g.add_symbol("H", 8, 64), w = g.add_symbol("W", 8, 64);
+  Value* x = g.add_input("x", TensorType{DType::F32, {n, Dim(3), h, w}});
+  Value* k = g.add_input("k", f32({4, 3, 3, 3}));
+  // A "same" convolution keeps the symbols themselves.
+  Value* same = g.add("conv2d", {x, k}, {{"padding", std::vector<int64_t>{1, 1}}});
+  EXPECT_EQ(same->type().shape, (Shape{n, Dim(4), h, w}));
+  // Stride 2: a derived symbol with the mapped range.
+  Value* down =
+      g.add("conv2d", {x, k},
+            {{"padding", std::vector<int64_t>{1, 1}}, {"stride", std::vector<int64_t>{2, 2}}});
+  const Dim oh = down->type().shape[2];
+  ASSERT_FALSE(oh.is_static());
+  const Symbol& s = g.symbols()[oh.symbol()];
+  EXPECT_EQ(s.name, "(H-1)/2+1");
+  EXPECT_EQ(s.min, 4);
+  EXPECT_EQ(s.max, 32);
+  // The same derivation on W is another symbol; on H again, the same one.
+  EXPECT_NE(down->type().shape[3], oh);
+  Value* again =
+      g.add("conv2d", {x, k},
+            {{"padding", std::vector<int64_t>{1, 1}}, {"stride", std::vector<int64_t>{2, 2}}});
+  EXPECT_EQ(again->type().shape[2], oh);
+  // Unpadded 3x3, stride 1: H-2.
+  EXPECT_EQ(g.symbols()[g.add("conv2d", {x, k})->type().shape[2].symbol()].name, "H-2");
+}
+
+TEST(OpsConv, ShapeInferenceFailuresNameTheShapes) {
+  Graph g;
+  Value* x = g.add_input("x", f32({1, 6, 8, 8}));
+  auto fails = [&](std::vector<int64_t> w, AttrMap attrs, const std::string& reason,
+                   std::vector<Value*> extra = {}) {
+    Value* weights = g.add_input("w", f32(w));
+    std::vector<Value*> operands{x, weights};
+    operands.insert(operands.end(), extra.begin(), extra.end());
+    std::string msg =
+        error_message([&] { g.add("conv2d", operands, attrs); }, ErrorCode::ShapeInference);
+    EXPECT_NE(msg.find("f32[1, 6, 8, 8], " + type_string(weights->type())), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(reason), std::string::npos) << msg;
+  };
+  fails({4, 5, 3, 3}, {}, "x has 6 channels but w takes 5 per group x 1 groups = 5");
+  fails({4, 3, 3, 3}, {{"groups", int64_t{4}}}, "groups=4 must divide x's channels 6");
+  fails({4, 2, 3, 3}, {{"groups", int64_t{3}}}, "groups=3 must divide w's output channels 4");
+  fails({8, 1, 3, 3}, {{"groups", int64_t{2}}},
+        "x has 6 channels but w takes 1 per group x 2 groups = 2");
+  fails({4, 6, 3, 3}, {{"groups", int64_t{0}}}, "groups must be at least 1");
+  fails({4, 6, 9, 3}, {},
+        "the kernel spans 9 input rows (size 9, dilation 1) but the padded input has 8");
+  fails({4, 6, 3, 3}, {{"dilation", std::vector<int64_t>{1, 4}}},
+        "the kernel spans 9 input columns (size 3, dilation 4) but the padded input has 8");
+  fails({4, 6, 3, 3}, {{"stride", std::vector<int64_t>{0, 1}}}, "stride must be two positive ints");
+  fails({4, 6, 3, 3}, {{"padding", std::vector<int64_t>{1, 1, 1}}},
+        "padding must be non-negative ints");
+  fails({4, 6, 3, 3}, {{"padding", std::vector<int64_t>{-1, 0}}},
+        "padding must be non-negative ints");
+  fails({4, 6, 3, 3}, {{"fused_activation", std::string("gelu")}}, "fused_activation must be");
+  fails({4, 6, 3, 3}, {}, "bias size and w's output channels differ: 5 vs 4",
+        {g.add_input("b", f32({5}))});
+
+  // A symbolic height whose whole range is too small for the kernel.
+  Dim h = g.add_symbol("H", 1, 4);
+  Value* small = g.add_input("small", TensorType{DType::F32, {Dim(1), Dim(6), h, Dim(8)}});
+  std::string msg =
+      error_message([&] { g.add("conv2d", {small, g.add_input("w5", f32({4, 6, 5, 3}))}); },
+                    ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("the padded input has at most 4"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,272 @@
+// matmul: type inference, the reference kernel on hand-computed values, and every optimized
+// kernel against the reference on random inputs (error bound in kernel_harness.h).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kernel_harness.h"
+#include "kernels/cpu/gemm.h"
+
+namespace kiln {
+namespace {
+
+using test::abs_of;
+using test::create_and_run;
+using test::error_message;
+using test::run_instance;
+using test::spec_with_constants;
+using test::tensor_of;
+using test::values_as_double;
+
+TensorType f32(std::vector<int64_t> sizes) { return TensorType{DType::F32, make_shape(sizes)}; }
+
+struct MatmulCase {
+  std::vector<int64_t> a, b;
+  bool transpose_b = false;
+  bool b_constant = false;  // weights: the oneDNN kernel prepacks them at creation
+
+  std::string name() const {
+    return shape_string(a) + " x " + shape_string(b) + (transpose_b ? " transpose_b" : "") +
+           (b_constant ? " (B constant)" : "");
+  }
+};
+
+// A graph holding one matmul node on inputs of the case's sizes; B is a constant when asked.
+struct MatmulGraph {
+  Graph graph;
+  Node* node = nullptr;
+  std::vector<Tensor> inputs;
+
+  MatmulGraph(const MatmulCase& c, std::mt19937& rng, DType dtype = DType::F32) {
+    inputs = {test::random_tensor(dtype, c.a, rng, -1, 1),
+              test::random_tensor(dtype, c.b, rng, -1, 1)};
+    Value* a = graph.add_input("A", TensorType{dtype, make_shape(c.a)});
+    Value* b = c.b_constant ? graph.add_constant("B", inputs[1])
+                            : graph.add_input("B", TensorType{dtype, make_shape(c.b)});
+    graph.add("matmul", {a, b}, {{"transpose_b", c.transpose_b}});
+    node = graph.nodes().at(0);
+  }
+};
+
+// Both library kernels against the reference. create() is called whatever unsupported_reason
+// says: the selection rule prefers one library per shape class, but each must be right on all.
+void check_kernels_against_reference(const MatmulCase& c) {
+  SCOPED_TRACE(c.name());
+  std::mt19937 rng(static_cast<uint32_t>(c.a.size() * 1000 + c.b.size() + c.a.back()));
+  MatmulGraph m(c, rng);
+  KernelSpec spec = spec_with_constants(*m.node);
+  Tensor expected = create_and_run("matmul", "reference", spec, m.inputs);
+  Tensor magnitude =
+      create_and_run("matmul", "reference", spec, {abs_of(m.inputs[0]), abs_of(m.inputs[1])});
+  const int64_t k = c.a.back();
+  for (const char* name : {"openblas", "onednn"}) {
+    Tensor got = create_and_run("matmul", name, spec, m.inputs);
+    test::expect_within_dot_bound(got, expected, magnitude, k, std::string(name) + " " + c.name());
+  }
+}
+
+std::vector<int64_t> b_sizes(int64_t k, int64_t n, bool transpose_b) {
+  return transpose_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+}
+
+// ---------------------------------------------------------------- reference, by hand
+
+TEST(OpsMatmul, ReferenceMatchesHandComputedValues) {
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (bool transpose_b : {false, true}) {
+      Graph g;
+      Value* a = g.add_input("A", TensorType{dtype, make_shape({2, 2})});
+      Value* b = g.add_input("B", TensorType{dtype, make_shape({2, 2})});
+      g.add("matmul", {a, b}, {{"transpose_b", transpose_b}});
+      Tensor lhs = tensor_of(dtype, {2, 2}, {1, 2, 3, 4});
+      // [[5, 6], [7, 8]] as B, or stored transposed.
+      Tensor rhs = tensor_of(
+          dtype, {2, 2},
+          transpose_b ? std::vector<double>{5, 7, 6, 8} : std::vector<double>{5, 6, 7, 8});
+      Tensor out =
+          create_and_run("matmul", "reference", spec_with_constants(*g.nodes()[0]), {lhs, rhs});
+      EXPECT_EQ(values_as_double(out), (std::vector<double>{19, 22, 43, 50})) << dtype_name(dtype);
+    }
+  }
+}
+
+TEST(OpsMatmul, ReferenceBroadcastsBatchAndTakesVectors) {
+  Graph g;
+  // A [2, 1, 1, 2] x B [3, 2, 1]: out[i, j] = A[i] . B[j].
+  Value* a = g.add_input("A", f32({2, 1, 1, 2}));
+  Value* b = g.add_input("B", f32({3, 2, 1}));
+  g.add("matmul", {a, b});
+  Tensor out = create_and_run(
+      "matmul", "reference", spec_with_constants(*g.nodes()[0]),
+      {tensor_of({2, 1, 1, 2}, {1, 2, 3, 4}), tensor_of({3, 2, 1}, {1, 0, 0, 1, 1, 1})});
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 3, 1, 1}));
+  EXPECT_EQ(values_as_double(out), (std::vector<double>{1, 2, 3, 3, 4, 7}));
+
+  Graph v;
+  Value* x = v.add_input("x", f32({3}));
+  Value* y = v.add_input("y", f32({3}));
+  v.add("matmul", {x, y});
+  Tensor dot = create_and_run("matmul", "reference", spec_with_constants(*v.nodes()[0]),
+                              {tensor_of({3}, {1, 2, 3}), tensor_of({3}, {4, 5, 6})});
+  EXPECT_EQ(dot.sizes(), std::vector<int64_t>{});
+  EXPECT_EQ(values_as_double(dot), std::vector<double>{32});
+}
+
+// ---------------------------------------------------------------- optimized vs reference
+
+TEST(OpsMatmul, KernelsMatchReferenceOnOddSizes) {
+  const int64_t sizes[] = {1, 3, 7, 17, 64, 129};
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes) check_kernels_against_reference({{m, k}, {k, n}});
+}
+
+TEST(OpsMatmul, KernelsMatchReferenceWithTransposeAndConstantB) {
+  const int64_t sizes[] = {1, 3, 17, 129};
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes)
+        for (bool transpose_b : {false, true})
+          check_kernels_against_reference({{m, k}, b_sizes(k, n, transpose_b), transpose_b, true});
+  for (int64_t m : {1, 7, 64}) check_kernels_against_reference({{m, 33}, {40, 33}, true, false});
+}
+
+TEST(OpsMatmul, KernelsMatchReferenceOnBroadcastBatches) {
+  for (int64_t m : {1, 7, 17})
+    for (bool transpose_b : {false, true})
+      for (bool b_constant : {false, true}) {
+        const int64_t k = 9, n = 13;
+        auto b = [&](std::vector<int64_t> batch) {
+          std::vector<int64_t> sizes = b_sizes(k, n, transpose_b);
+          batch.insert(batch.end(), sizes.begin(), sizes.end());
+          return batch;
+        };
+        check_kernels_against_reference({{2, 1, m, k}, b({3}), transpose_b, b_constant});
+        check_kernels_against_reference({{2, 3, m, k}, b({2, 3}), transpose_b, b_constant});
+        check_kernels_against_reference({{m, k}, b({4}), transpose_b, b_constant});
+        check_kernels_against_reference({{4, m, k}, b({}), transpose_b, b_constant});
+        check_kernels_against_reference({{3, 1, m, k}, b({1, 2}), transpose_b, b_constant});
+      }
+}
+
+TEST(OpsMatmul, KernelsMatchReferenceOnVectors) {
+  check_kernels_against_reference({{17}, {17}});
+  check_kernels_against_reference({{17}, {17, 5}});
+  check_kernels_against_reference({{17}, {3, 17, 5}});
+  check_kernels_against_reference({{4, 17}, {17}});
+  check_kernels_against_reference({{2, 4, 17}, {17}, false, true});
+  check_kernels_against_reference({{17}, {5, 17}, true, true});
+}
+
+TEST(OpsMatmul, ZeroSizeGivesZerosOrNothing) {
+  const std::vector<MatmulCase> cases = {
+      {{0, 5}, {5, 4}}, {{3, 0}, {0, 4}},    {{3, 0}, {4, 0}, true, true},
+      {{3, 5}, {5, 0}}, {{0, 3, 5}, {5, 4}}, {{2, 3, 0}, {2, 0, 4}}};
+  for (const MatmulCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    std::mt19937 rng(7);
+    MatmulGraph m(c, rng);
+    KernelSpec spec = spec_with_constants(*m.node);
+    for (const char* name : {"openblas", "onednn", "reference"}) {
+      Tensor out = create_and_run("matmul", name, spec, m.inputs);
+      EXPECT_EQ(out.sizes(), static_sizes(spec.outputs[0].shape));
+      for (double v : values_as_double(out)) ASSERT_EQ(v, 0.0) << name;  // K = 0: all zeros
+    }
+  }
+}
+
+// One instance, four threads at once, each with its own scratch: the same bits as a serial run.
+TEST(OpsMatmul, ConcurrentRunsOfOneInstanceMatchSerial) {
+  for (bool b_constant : {false, true}) {
+    const MatmulCase c{{3, 65, 96}, {80, 96}, true, b_constant};
+    std::mt19937 rng(11);
+    MatmulGraph m(c, rng);
+    KernelSpec spec = spec_with_constants(*m.node);
+    for (const char* name : {"openblas", "onednn", "reference"}) {
+      SCOPED_TRACE(std::string(name) + " " + c.name());
+      auto kernel = test::kernel_of("matmul", name).create(spec);
+      Tensor serial = run_instance(*kernel, spec, m.inputs);
+      std::vector<Tensor> results(4);
+      std::vector<std::thread> threads;
+      for (size_t t = 0; t < results.size(); ++t)
+        threads.emplace_back([&, t] {
+          for (int repeat = 0; repeat < 5; ++repeat)
+            results[t] = run_instance(*kernel, spec, m.inputs);
+        });
+      for (std::thread& t : threads) t.join();
+      for (const Tensor& r : results) EXPECT_TRUE(r.same_contents(serial));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kernel selection
+
+TEST(OpsMatmul, SelectionFollowsTheMeasuredRule) {
+  std::mt19937 rng(3);
+  for (int64_t m : {1, 8, 16, 128}) {
+    MatmulGraph g({{m, 64}, {64, 32}}, rng);
+    KernelSpec spec = spec_with_constants(*g.node);
+    std::string why;
+    cpu::GemmLibrary preferred =
+        cpu::preferred_gemm_library(cpu::make_matmul_geometry({m, 64}, {64, 32}, false), &why);
+    std::string openblas_reason = test::kernel_of("matmul", "openblas").unsupported_reason(spec);
+    // OpenBLAS, first in the list, steps aside with the measured reason when oneDNN is faster.
+    EXPECT_EQ(openblas_reason, preferred == cpu::GemmLibrary::OpenBLAS ? "" : why) << "M=" << m;
+    if (m < 16) {
+      EXPECT_EQ(preferred, cpu::GemmLibrary::OneDNN) << "M=" << m;
+    }
+    EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(spec), "");
+  }
+  // A batch folds into M when B is shared: [8, 4, 64] x [64, 32] is one 32x32x64 GEMM.
+  EXPECT_EQ(cpu::make_matmul_geometry({8, 4, 64}, {64, 32}, false).m, 32);
+
+  MatmulGraph f64({{4, 4}, {4, 4}}, rng, DType::F64);
+  KernelSpec spec = spec_with_constants(*f64.node);
+  EXPECT_EQ(test::kernel_of("matmul", "openblas").unsupported_reason(spec), "f32 only");
+  EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(spec), "f32 only");
+}
+
+// ---------------------------------------------------------------- type inference
+
+TEST(OpsMatmul, InfersShapesWithSymbolsAndBroadcast) {
+  Graph g;
+  Dim batch = g.add_symbol("batch", 1, 64);
+  Value* a = g.add_input("A", TensorType{DType::F32, {batch, Dim(1), Dim(7), Dim(5)}});
+  Value* w = g.add_input("W", f32({3, 11, 5}));
+  Value* y = g.add("matmul", {a, w}, {{"transpose_b", true}});
+  EXPECT_EQ(y->type().shape, (Shape{batch, Dim(3), Dim(7), Dim(11)}));
+
+  Value* v = g.add_input("v", f32({5}));
+  EXPECT_EQ(g.add("matmul", {a, v})->type().shape, (Shape{batch, Dim(1), Dim(7)}));
+  EXPECT_EQ(g.add("matmul", {v, g.add_input("m", f32({5, 2}))})->type().shape, Shape{Dim(2)});
+}
+
+TEST(OpsMatmul, ShapeInferenceFailuresNameTheShapes) {
+  Graph g;
+  Value* a = g.add_input("A", f32({2, 3}));
+  Value* b = g.add_input("B", f32({4, 5}));
+  std::string msg = error_message([&] { g.add("matmul", {a, b}); }, ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("f32[2, 3], f32[4, 5]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("contraction dims"), std::string::npos) << msg;
+
+  Value* a3 = g.add_input("A3", f32({2, 3, 4}));
+  Value* b3 = g.add_input("B3", f32({5, 4, 6}));
+  msg = error_message([&] { g.add("matmul", {a3, b3}); }, ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("can't be broadcast"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("f32[2, 3, 4], f32[5, 4, 6]"), std::string::npos) << msg;
+
+  Value* d = g.add_input("D", TensorType{DType::F64, make_shape({3, 2})});
+  msg = error_message([&] { g.add("matmul", {a, d}); }, ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("same dtype"), std::string::npos) << msg;
+
+  Value* s = g.add_input("S", f32({}));
+  msg = error_message([&] { g.add("matmul", {s, a}); }, ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("at least one dim"), std::string::npos) << msg;
+
+  Value* i = g.add_input("I", TensorType{DType::I32, make_shape({2, 2})});
+  msg = error_message([&] { g.add("matmul", {i, i}); }, ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("f32 and f64"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,221 @@
+// softmax and layer_norm: type inference, the reference kernels against hand-computed values,
+// and the AVX2 kernels against the reference kernels.
+#include <cmath>
+
+#include "ops_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::OneNode;
+using test::type_of;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Largest ULP errors of the AVX2 kernels against the reference (listed in docs/ops.md).
+constexpr int64_t kSoftmaxMaxUlp = 2;
+constexpr int64_t kLayerNormMaxUlp = 1;
+
+bool avx2_available() {
+  OneNode n("softmax", {type_of(DType::F32, {2})});
+  return test::has_kernel("softmax", "avx2") && test::unsupported_reason(*n.node, "avx2").empty();
+}
+
+void expect_floats(const Tensor& got, const std::vector<float>& expected, int64_t max_ulp = 0) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_LE(test::ulp_distance(got.data<float>()[i], expected[i]), max_ulp)
+        << "element " << i << ": " << got.data<float>()[i] << " vs " << expected[i];
+}
+
+// ---------------------------------------------------------------- type inference
+
+TEST(OpsNormalization, SoftmaxInference) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 32);
+  Value* x = g.add_input("x", TensorType{DType::F32, {batch, Dim(4), Dim(8)}});
+  EXPECT_EQ(g.add("softmax", {x}, {{"axis", int64_t{-2}}})->type(), x->type());
+  EXPECT_EQ(g.add("softmax", {x}, {{"axis", int64_t{0}}})->type(), x->type());
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("softmax", {x}, {{"axis", int64_t{3}}}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("use [-3, 2]"), std::string::npos) << message;
+  Value* i = g.add_input("i", type_of(DType::I64, {4}));
+  EXPECT_EQ(test::error_code_of([&] { g.add("softmax", {i}); }), ErrorCode::ShapeInference);
+  Value* scalar = g.add_input("s", type_of(DType::F32, {}));
+  EXPECT_EQ(test::error_code_of([&] { g.add("softmax", {scalar}); }), ErrorCode::ShapeInference);
+}
+
+TEST(OpsNormalization, LayerNormInference) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 32);
+  Dim seq = g.add_symbol("S", 1, 512);
+  Value* x = g.add_input("x", TensorType{DType::F32, {batch, seq, Dim(8)}});
+  Value* w = g.add_input("w", type_of(DType::F32, {8}));
+  Value* b = g.add_input("b", type_of(DType::F32, {8}));
+  EXPECT_EQ(g.add("layer_norm", {x})->type(), x->type());
+  EXPECT_EQ(g.add("layer_norm", {x, w})->type(), x->type());
+  Value* y = g.add("layer_norm", {x, w, b}, {{"eps", 1e-12}});
+  EXPECT_EQ(y->type(), x->type());
+  EXPECT_EQ(y->producer()->attr_float("eps"), 1e-12);
+  // Over [S, 8]: a weight [S, 8] with the symbol unifies.
+  Value* w2 = g.add_input("w2", TensorType{DType::F32, {seq, Dim(8)}});
+  Value* z = g.add("layer_norm", {x, w2}, {{"normalized_ndim", int64_t{2}}});
+  EXPECT_EQ(z->type(), x->type());
+  g.set_outputs({y, z});
+  EXPECT_NO_THROW(verify(g));
+
+  std::string message;
+  Value* w4 = g.add_input("w4", type_of(DType::F32, {4}));
+  EXPECT_EQ(test::error_code_of([&] { g.add("layer_norm", {x, w4}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("8 vs 4"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("layer_norm", {x, w2}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("normalized dims [8]"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of(
+                [&] { g.add("layer_norm", {x}, {{"normalized_ndim", int64_t{4}}}); }),
+            ErrorCode::ShapeInference);
+  EXPECT_EQ(test::error_code_of([&] { g.add("layer_norm", {x, w, b, b}); }),
+            ErrorCode::ShapeInference);
+  Value* w64 = g.add_input("w64", type_of(DType::F64, {8}));
+  EXPECT_EQ(test::error_code_of([&] { g.add("layer_norm", {x, w64}); }), ErrorCode::ShapeInference);
+}
+
+// ---------------------------------------------------------------- reference kernels
+
+TEST(OpsNormalization, ReferenceSoftmaxMatchesHandComputedValues) {
+  // Expected values: the exact results rounded to f32 (mpmath at 50 digits).
+  OneNode rows("softmax", {type_of(DType::F32, {4, 3})});
+  Tensor x = test::tensor_of({4, 3}, {1, 2, 3, 1000, 1000, -kInf, 0, kNaN, 1, -kInf, -kInf, 5});
+  Tensor y = test::run_kernel(*rows.node, "reference", {x})[0];
+  expect_floats(y, {0.0900305733f, 0.244728476f, 0.665240943f, 0.5f, 0.5f, 0, kNaN, kNaN, kNaN,
+                    0, 0, 1});
+
+  OneNode columns("softmax", {type_of(DType::F32, {2, 2})}, {{"axis", int64_t{0}}});
+  y = test::run_kernel(*columns.node, "reference", {test::tensor_of({2, 2}, {0, 3, 1, 3})})[0];
+  expect_floats(y, {0.268941432f, 0.5f, 0.731058598f, 0.5f});
+}
+
+TEST(OpsNormalization, ReferenceLayerNormMatchesHandComputedValues) {
+  Tensor x = test::tensor_of({2, 4}, {1, 2, 3, 4, -5, -5, -5, -5});
+  Tensor w = test::tensor_of({4}, {1, 2, 3, 4});
+  Tensor b = test::tensor_of({4}, {0.5f, 0, 0, -1});
+  const AttrMap no_eps = {{"eps", 0.0}};
+
+  OneNode plain("layer_norm", {type_of(DType::F32, {2, 4})}, no_eps);
+  // (x - 2.5) / sqrt(1.25); a constant row is 0 / sqrt(eps) with eps = 1e-5 below.
+  const float a = 1.34164083f, c = 0.44721359f;
+  expect_floats(test::run_kernel(*plain.node, "reference", {x})[0],
+                {-a, -c, c, a, kNaN, kNaN, kNaN, kNaN});
+  OneNode affine("layer_norm", {type_of(DType::F32, {2, 4}), type_of(DType::F32, {4}),
+                                type_of(DType::F32, {4})});
+  Tensor y = test::run_kernel(*affine.node, "reference", {x, w, b})[0];
+  // With eps = 1e-5: rstd = 1 / sqrt(1.25001).
+  expect_floats(y, {-0.841635406f, -0.894423604f, 1.34163547f, 4.36654186f, 0.5f, 0, 0, -1});
+  OneNode weight_only("layer_norm", {type_of(DType::F32, {1, 4}), type_of(DType::F32, {4})},
+                      no_eps);
+  expect_floats(test::run_kernel(*weight_only.node, "reference",
+                                 {test::tensor_of({1, 4}, {1, 2, 3, 4}), w})[0],
+                {-1.34164083f, -0.89442718f, 1.34164083f, 5.36656332f});
+  // Over the last two dims: one row of 4.
+  OneNode two_dims("layer_norm", {type_of(DType::F32, {1, 2, 2})},
+                   {{"eps", 0.0}, {"normalized_ndim", int64_t{2}}});
+  expect_floats(test::run_kernel(*two_dims.node, "reference",
+                                 {test::tensor_of({1, 2, 2}, {1, 2, 3, 4})})[0],
+                {-a, -c, c, a});
+}
+
+TEST(OpsNormalization, ReferenceKernelsRunF64) {
+  OneNode node("softmax", {type_of(DType::F64, {2})});
+  Tensor x = Tensor::empty(DType::F64, {2});
+  x.data<double>()[0] = 0;
+  x.data<double>()[1] = std::log(3.0);
+  Tensor y = test::run_kernel(*node.node, "reference", {x})[0];
+  EXPECT_NEAR(y.data<double>()[0], 0.25, 1e-16);
+  EXPECT_NEAR(y.data<double>()[1], 0.75, 1e-16);
+}
+
+// ---------------------------------------------------------------- AVX2 kernels
+
+TEST(OpsNormalization, Avx2DeclinesF64) {
+  if (!test::has_kernel("softmax", "avx2")) GTEST_SKIP() << "not an x86 build";
+  OneNode softmax("softmax", {type_of(DType::F64, {4})});
+  OneNode layer_norm("layer_norm", {type_of(DType::F64, {4})});
+  EXPECT_NE(test::unsupported_reason(*softmax.node, "avx2"), "");
+  EXPECT_NE(test::unsupported_reason(*layer_norm.node, "avx2"), "");
+}
+
+void expect_avx2_matches_reference(const OneNode& node, const std::vector<Tensor>& inputs,
+                                   int64_t max_ulp) {
+  Tensor expected = test::run_kernel(*node.node, "reference", inputs)[0];
+  Tensor serial = test::run_kernel(*node.node, "avx2", inputs, 1)[0];
+  int64_t where = 0;
+  EXPECT_LE(test::max_ulp(serial, expected, &where), max_ulp)
+      << "element " << where << ": " << serial.data<float>()[where] << " vs "
+      << expected.data<float>()[where];
+  EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "avx2", inputs, 2)[0], serial));
+}
+
+TEST(OpsNormalization, Avx2SoftmaxMatchesReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(5);
+  using Sizes = std::vector<int64_t>;
+  const std::vector<std::pair<Sizes, int64_t>> cases = {
+      {{1}, -1},        {{3}, -1},        {{5, 7}, -1},     {{17, 17}, 1},  {{2, 1 << 20}, -1},
+      {{1 << 20}, 0},   {{300, 768}, -1}, {{4, 17, 3}, 1},  {{3, 7, 9}, -2}, {{2, 5, 17}, 0},
+      {{6, 1000}, 0},   {{0, 5}, -1},     {{5, 0}, 0},      {{2, 3, 1}, 1},
+  };
+  for (const auto& [sizes, axis] : cases) {
+    for (bool extremes : {false, true}) {
+      SCOPED_TRACE(shape_string(sizes) + " axis " + std::to_string(axis) +
+                   (extremes ? " with extremes" : ""));
+      OneNode node("softmax", {type_of(DType::F32, sizes)}, {{"axis", axis}});
+      Tensor x = test::random_tensor(DType::F32, sizes, rng, -60, 60);
+      if (extremes) test::sprinkle_extremes(x, rng);
+      expect_avx2_matches_reference(node, {x}, kSoftmaxMaxUlp);
+    }
+  }
+}
+
+TEST(OpsNormalization, Avx2LayerNormMatchesReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(9);
+  using Sizes = std::vector<int64_t>;
+  const std::vector<std::pair<Sizes, int64_t>> cases = {
+      {{1}, 1},        {{3, 3}, 1},     {{2, 7}, 1},   {{5, 17}, 1}, {{1, 1 << 20}, 1},
+      {{128, 768}, 1}, {{4, 3, 5}, 2},  {{0, 8}, 1},   {{3, 0}, 1},
+  };
+  for (const auto& [sizes, ndim] : cases) {
+    const Sizes normalized(sizes.end() - ndim, sizes.end());
+    for (int params = 0; params <= 2; ++params) {
+      for (bool extremes : {false, true}) {
+        SCOPED_TRACE(shape_string(sizes) + " with " + std::to_string(params) + " params" +
+                     (extremes ? " and extremes" : ""));
+        std::vector<TensorType> types = {type_of(DType::F32, sizes)};
+        Tensor x = test::random_tensor(DType::F32, sizes, rng, -3, 5);
+        if (extremes) test::sprinkle_extremes(x, rng);
+        std::vector<Tensor> inputs = {x};
+        for (int p = 0; p < params; ++p) {
+          types.push_back(type_of(DType::F32, normalized));
+          inputs.push_back(test::random_tensor(DType::F32, normalized, rng, -2, 2));
+        }
+        OneNode node("layer_norm", types, {{"normalized_ndim", ndim}});
+        expect_avx2_matches_reference(node, inputs, kLayerNormMaxUlp);
+      }
+    }
+  }
+}
+
+// A row whose mean is large against its spread: the result depends on x - mean being exact.
+TEST(OpsNormalization, Avx2LayerNormKeepsSmallSpreadAroundLargeMean) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(13);
+  Tensor x = test::random_tensor(DType::F32, {16, 100}, rng, 1000, 1000.01);
+  OneNode node("layer_norm", {type_of(DType::F32, {16, 100})});
+  expect_avx2_matches_reference(node, {x}, kLayerNormMaxUlp);
+}
+
+}  // namespace
+}  // namespace kiln
