@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := $(shell find src include python tools tests/cpp -type f) CMakeLists.txt pyproject.toml
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: demo test setup build test-cpp test-python test-asan clean
+.PHONY: demo test setup build test-cpp test-python test-asan bench clean
 
 demo: build
 	$(BUILD)/kiln_demo
@@ -44,10 +44,17 @@ test-python: build
 
 # The C++ tests once more under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: setup
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS)
+
+# Kiln against eager and Inductor on the five models (docs/benchmarks.md); BENCH_FLAGS adds to or
+# overrides the options, e.g. make bench BENCH_FLAGS="--threads 2,1 --backends eager,kiln".
+bench: build
+	$(PYTHON) -m kiln.bench --backends eager,inductor,kiln --batch 1 --threads 2 \
+	  --json build/bench/results.json --markdown build/bench/results.md \
+	  --plot build/bench/results.png $(BENCH_FLAGS)
 
 clean:
 	rm -rf build

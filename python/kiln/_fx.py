@@ -99,11 +99,15 @@ def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph") -
     writer = _Writer()
     placeholders, nodes, outputs = [], [], []
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            entry = writer.meta(node.meta.get("val"))
+        if node.op in ("placeholder", "get_attr"):
+            # A get_attr is a tensor the graph module holds (a lifted constant): frozen too.
+            value = (getattr(gm, node.target) if node.op == "get_attr"
+                     else node.meta.get("val"))
+            entry = writer.meta(value)
             if entry is None:
-                raise TypeError(f"placeholder {node.name} is not a tensor")
-            entry.update(name=node.name, kind="constant" if node.name in constants else "input")
+                raise TypeError(f"{node.op} {node.name} is not a tensor")
+            frozen = node.op == "get_attr" or node.name in constants
+            entry.update(name=node.name, kind="constant" if frozen else "input")
             placeholders.append(entry)
         elif node.op == "call_function":
             if node.target is operator.getitem:

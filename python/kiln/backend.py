@@ -71,7 +71,10 @@ class KilnSubgraph(torch.nn.Module):
                 positions = [p for p, _, _ in self.frozen]
                 self._freeze([args[p] for p in positions], positions)
                 break
-        outputs = self.compiled.run([args[i] for i in self.input_positions])
+        # Kiln reads dense row-major memory: views and channels-last tensors made by PyTorch
+        # (around a fallback op, or by the caller) are made contiguous, a copy only for them.
+        inputs = [args[i] for i in self.input_positions]
+        outputs = self.compiled.run([t if t.is_contiguous() else t.contiguous() for t in inputs])
         return outputs[0] if self.single_output else tuple(outputs)
 
 
@@ -140,11 +143,15 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
         constant_args = {}
         example_args = []
         for i, (arg, ph) in enumerate(zip(node.args, sub_placeholders)):
-            is_constant = (isinstance(arg, fx.Node) and arg.name in constant_names
-                           and parent_placeholders.get(arg.name) is arg)
-            if is_constant:
+            data = None
+            if isinstance(arg, fx.Node) and arg.op == "get_attr":
+                data = getattr(fused, arg.target)
+            elif (isinstance(arg, fx.Node) and arg.name in constant_names
+                  and parent_placeholders.get(arg.name) is arg):
+                data = constant_data[arg.name]
+            if data is not None:
                 constant_args[i] = ph.name
-            example_args.append(constant_data.get(arg.name) if is_constant else None)
+            example_args.append(data)
         output = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         single = not isinstance(output, (list, tuple))
         graph_json = serialize(sub, set(constant_args.values()), name=node.target)

@@ -1,0 +1,99 @@
+// Importing serialized ATen FX graphs (docs/frontend.md) through the converters.
+#include <gtest/gtest.h>
+
+#include "frontend/converter.h"
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+// relu(x @ w + b) written as PyTorch serializes it: addmm(b, x, t(w)).
+const char* kLinearRelu = R"({
+  "name": "linear_relu",
+  "symbols": [{"name": "s0", "min": 1, "max": 64}],
+  "placeholders": [
+    {"name": "w", "kind": "constant", "dtype": "f32", "shape": [3, 4]},
+    {"name": "b", "kind": "constant", "dtype": "f32", "shape": [3]},
+    {"name": "x", "kind": "input", "dtype": "f32", "shape": ["s0", 4]}],
+  "nodes": [
+    {"name": "t", "target": "aten.t.default", "args": {"self": {"ref": "w"}},
+     "outputs": [{"dtype": "f32", "shape": [4, 3]}]},
+    {"name": "addmm", "target": "aten.addmm.default",
+     "args": {"self": {"ref": "b"}, "mat1": {"ref": "x"}, "mat2": {"ref": "t"}, "beta": 1, "alpha": 1},
+     "outputs": [{"dtype": "f32", "shape": ["s0", 3]}]},
+    {"name": "relu", "target": "aten.relu.default", "args": {"self": {"ref": "addmm"}},
+     "outputs": [{"dtype": "f32", "shape": ["s0", 3]}]}],
+  "outputs": [{"ref": "relu"}]
+})";
+
+ErrorCode code_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no kiln::Error thrown";
+  return ErrorCode::InvalidArgument;
+}
+
+TEST(Frontend, ImportsAndRunsLinearRelu) {
+  float w[12], b[3] = {0.5f, -1.f, 0.f}, x[8];
+  for (int i = 0; i < 12; ++i) w[i] = static_cast<float>(i % 5) - 2.f;
+  for (int i = 0; i < 8; ++i) x[i] = static_cast<float>(i) * 0.25f - 1.f;
+  auto g = import_fx_graph(kLinearRelu, {{"w", TensorView{w, DType::F32, {3, 4}}},
+                                         {"b", TensorView{b, DType::F32, {3}}}});
+  ASSERT_EQ(g->inputs().size(), 1u);
+  EXPECT_EQ(g->constants().size(), 2u);
+  EXPECT_NO_THROW(verify(*g));
+  auto out = CompiledGraph::compile(*g)->run({TensorView{x, DType::F32, {2, 4}}});
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) {
+      float expected = b[c];
+      for (int k = 0; k < 4; ++k) expected += x[r * 4 + k] * w[c * 4 + k];
+      EXPECT_FLOAT_EQ(out[0].data<float>()[r * 3 + c], std::max(expected, 0.f));
+    }
+}
+
+TEST(Frontend, SupportVerdictsNameTheReason) {
+  std::string json = kLinearRelu;
+  json.replace(json.find("aten.relu.default"), 17, "aten.sinh.default");
+  auto verdicts = fx_node_support(json);
+  EXPECT_EQ(verdicts.at("t"), "");
+  EXPECT_EQ(verdicts.at("addmm"), "");
+  EXPECT_NE(verdicts.at("relu").find("no converter for aten.sinh.default"), std::string::npos);
+  EXPECT_EQ(code_of([&] { import_fx_graph(json, {}); }), ErrorCode::InvalidArgument);  // no w
+}
+
+TEST(Frontend, UnsupportedArgumentIsE50001) {
+  std::string json = kLinearRelu;
+  json.replace(json.find("\"alpha\": 1"), 10, "\"alpha\": 2");
+  auto verdicts = fx_node_support(json);
+  EXPECT_NE(verdicts.at("addmm").find("alpha"), std::string::npos);
+}
+
+TEST(Frontend, TypeDisagreementWithPyTorchIsCaught) {
+  std::string json = kLinearRelu;
+  json.replace(json.find("\"shape\": [4, 3]"), 15, "\"shape\": [4, 2]");
+  float w[12] = {}, b[3] = {};
+  EXPECT_EQ(code_of([&] {
+              import_fx_graph(json, {{"w", TensorView{w, DType::F32, {3, 4}}},
+                                     {"b", TensorView{b, DType::F32, {3}}}});
+            }),
+            ErrorCode::InvalidGraph);
+}
+
+TEST(Frontend, MalformedJsonIsE10020) {
+  EXPECT_EQ(code_of([] { import_fx_graph("{not json", {}); }), ErrorCode::BadModelFile);
+  EXPECT_EQ(code_of([] { import_fx_graph(R"({"placeholders": 3})", {}); }),
+            ErrorCode::BadModelFile);
+  EXPECT_EQ(code_of([] { fx_node_support(R"({"nodes": [{"name": 1}]})"); }),
+            ErrorCode::BadModelFile);
+  EXPECT_EQ(code_of([] {
+              import_fx_graph(R"({"placeholders": [], "nodes": [], "outputs": [{"ref": "nope"}]})",
+                              {});
+            }),
+            ErrorCode::BadModelFile);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,180 @@
+"""torch.compile(model, backend="kiln"): capture, partitioning, frozen weights, options.
+
+Accuracy policy for whole models: the float64 eager result is the truth; Kiln's float32 error
+against it must be within a small factor of eager float32's own error (both sum in a different
+order, neither is exact), so a wrong kernel or converter can't pass.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import kiln
+from kiln.backend import Report
+
+
+def assert_as_accurate_as_eager(model, compiled, *inputs):
+    with torch.no_grad():
+        got = compiled(*inputs)
+        eager = model(*inputs)
+        truth = copy.deepcopy(model).double()(*(x.double() for x in inputs))
+    kiln_error = (got.double() - truth).abs().max().item()
+    eager_error = (eager.double() - truth).abs().max().item()
+    assert kiln_error <= 4 * eager_error + 1e-6, (kiln_error, eager_error)
+
+
+class ConvMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.lin = nn.Linear(8 * 6 * 6, 16)
+        self.ln = nn.LayerNorm(16)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x)).flatten(1)
+        return self.ln(nn.functional.gelu(self.lin(y))).softmax(-1)
+
+
+class WithUnsupportedOp(nn.Module):
+    """torch.sin has no Kiln converter: it splits the graph in two partitions."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.b(torch.sin(torch.relu(self.a(x)))) * 2
+
+
+def find_kiln_error(exc):
+    while exc is not None:
+        if isinstance(exc, kiln.Error):
+            return exc
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
+    return None
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_backend_is_registered_by_name():
+    model = ConvMlp().eval()
+    x = torch.randn(2, 3, 6, 6)
+    compiled = torch.compile(model, backend="kiln")
+    assert_as_accurate_as_eager(model, compiled, x)
+    with torch.no_grad():
+        assert isinstance(compiled(x), torch.Tensor)
+
+
+def test_whole_model_in_one_partition():
+    report = kiln.explain(ConvMlp().eval(), torch.randn(2, 3, 6, 6))
+    assert len(report.partitions) == 1, str(report)
+    assert report.fallback == {}, str(report)
+    ops = report.partitions[0].ops
+    assert ops["aten.convolution.default"] == 1 and ops["aten.native_layer_norm.default"] == 1
+
+
+def test_unsupported_op_stays_in_pytorch():
+    model = WithUnsupportedOp().eval()
+    x = torch.randn(4, 8)
+    report = kiln.explain(model, x)
+    assert len(report.partitions) == 2, str(report)
+    count, reason = report.fallback["aten.sin.default"]
+    assert count == 1 and "no converter" in reason
+    assert "aten.sin.default x1" in str(report)
+    assert_as_accurate_as_eager(model, torch.compile(model, backend="kiln"), x)
+
+
+def test_fallback_disabled_is_E50001_listing_ops():
+    model = WithUnsupportedOp().eval()
+    compiled = torch.compile(model, backend="kiln",
+                             options={"operator_selection.fallback_to_cpu": False})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(torch.randn(4, 8))
+    err = find_kiln_error(info.value)
+    assert err is not None and err.code == "E50001", repr(info.value)
+    assert "aten.sin.default x1" in err.detail
+
+
+def test_min_block_size_keeps_small_partitions_in_pytorch():
+    model = WithUnsupportedOp().eval()
+    x = torch.randn(4, 8)
+    # Partitions: [addmm, relu] before sin and [addmm, mul] after it (t of the weight included).
+    report = kiln.explain(model, x, options={"operator_selection.min_block_size": 100})
+    assert report.partitions == []
+    assert report.fallback["aten.addmm.default"][0] == 2
+
+
+def test_weights_changed_in_place_are_seen():
+    model = ConvMlp().eval()
+    x = torch.randn(2, 3, 6, 6)
+    compiled = torch.compile(model, backend="kiln")
+    assert_as_accurate_as_eager(model, compiled, x)
+    with torch.no_grad():
+        model.lin.weight.mul_(-3)
+        model.conv.bias.add_(1)
+    assert_as_accurate_as_eager(model, compiled, x)
+
+
+def test_get_backend_with_config_and_levels():
+    model = ConvMlp().eval()
+    x = torch.randn(2, 3, 6, 6)
+    for level in ("O0", "O3"):
+        torch._dynamo.reset()
+        cfg = kiln.CompilerConfig()
+        cfg.optimization.level = level
+        cfg.execution.num_threads = 1
+        assert_as_accurate_as_eager(model, torch.compile(model, backend=kiln.get_backend(cfg)), x)
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"no.such.option": 1}, "unknown option"),
+    ({"optimization.level": "O9"}, "is invalid"),
+    ({"execution.num_threads": -1}, "is invalid"),
+    ({"operator_selection.fallback_to_cpu": "yes"}, "is invalid"),
+    ({"amp.enable": True}, "not supported yet"),
+    ({"memory.optimization": False}, "not supported yet"),
+    ({"debug.graph_dump.type": "png"}, "not supported yet"),
+])
+def test_config_rejects_bad_options_at_once(options, fragment):
+    with pytest.raises(kiln.Error) as info:
+        kiln.CompilerConfig.from_options(options)
+    assert info.value.code == "E10001" and fragment in info.value.detail
+
+
+def test_config_attribute_access():
+    cfg = kiln.CompilerConfig()
+    assert cfg.operator_selection.policy == "PERFORMANCE"
+    cfg.operator_selection.policy = "REFERENCE"
+    assert cfg.compile_options()["kernel_policy"] == "reference"
+    with pytest.raises(kiln.Error):
+        cfg.operator_selection.polcy = "PERFORMANCE"
+    with pytest.raises(kiln.Error):
+        _ = cfg.nonexistent
+
+
+def test_modes():
+    model = ConvMlp().eval()
+    x = torch.randn(2, 3, 6, 6)
+    assert_as_accurate_as_eager(model, torch.compile(model, backend="kiln",
+                                                     mode="reduce-overhead"), x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as info, torch.no_grad():
+        torch.compile(model, backend="kiln", mode="max-autotune")(x)
+    err = find_kiln_error(info.value)
+    assert err is not None and err.code == "E10001" and "max-autotune" in err.detail
+
+
+def test_config_doc_lists_every_option():
+    from pathlib import Path
+    from kiln.config import option_table
+    doc = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
+    for name, *_ in option_table():
+        assert f"`{name}`" in doc, f"docs/config.md misses {name}"

@@ -1,0 +1,53 @@
+"""Real models from `transformers`, random-initialized from reduced configs (nothing is
+downloaded), through torch.compile(backend="kiln") with fullgraph=True.
+
+Accuracy policy (as in test_backend.py): float64 eager is the truth, and Kiln's float32 error
+must be within a small factor of eager float32's own error.
+"""
+
+import copy
+
+import pytest
+import torch
+import transformers as T
+
+import kiln
+
+
+def small_models():
+    ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
+    image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    return {
+        "bert": (lambda: T.BertModel(T.BertConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            vocab_size=100)), ids),
+        "gpt2": (lambda: T.GPT2Model(T.GPT2Config(
+            n_embd=64, n_layer=2, n_head=4, vocab_size=100, bos_token_id=0, eos_token_id=0)), ids),
+        "vit": (lambda: T.ViTModel(T.ViTConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            image_size=32, patch_size=8)), image),
+        "resnet": (lambda: T.ResNetModel(T.ResNetConfig(
+            embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1])), image),
+        "mobilenetv2": (lambda: T.MobileNetV2Model(T.MobileNetV2Config(image_size=32)), image),
+    }
+
+
+MODELS = small_models()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_matches_eager(name):
+    torch.manual_seed(0)
+    make, x = MODELS[name]
+    model = make().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln", fullgraph=True)
+    with torch.no_grad():
+        got = compiled(x).last_hidden_state
+        eager = model(x).last_hidden_state
+        truth = copy.deepcopy(model).double()(
+            x if x.dtype == torch.long else x.double()).last_hidden_state
+    kiln_error = (got.double() - truth).abs().max().item()
+    eager_error = (eager.double() - truth).abs().max().item()
+    assert kiln_error <= 4 * eager_error + 1e-5, (kiln_error, eager_error)
+    torch._dynamo.reset()
