@@ -41,6 +41,8 @@ class ConvertContext {
   std::string string(const std::string& arg) const;
   std::vector<int64_t> integers(const std::string& arg) const;
   std::optional<DType> dtype(const std::string& arg) const;  // None → nullopt
+  // An enum argument's name ("torch.contiguous_format"), "" for None.
+  std::string enum_name(const std::string& arg) const;
   // The PyTorch-computed type of output i (dtype and shape, symbols by name).
   const Json& output_meta(size_t i = 0) const;
   DType output_dtype(size_t i = 0) const;

@@ -155,6 +155,13 @@ std::optional<DType> ConvertContext::dtype(const std::string& name) const {
   return d;
 }
 
+std::string ConvertContext::enum_name(const std::string& name) const {
+  if (!has(name)) return "";
+  const Json& a = arg(name);
+  if (!a.is_object() || !a.contains("enum")) unsupported("argument '" + name + "' is not an enum");
+  return a.at("enum").get<std::string>();
+}
+
 const Json& ConvertContext::output_meta(size_t i) const { return node_.at("outputs").at(i); }
 
 DType ConvertContext::output_dtype(size_t i) const {

@@ -1,331 +1,1072 @@
-// Elementwise ops. Binary: add, sub, mul, div with NumPy broadcasting. Unary: relu, neg, exp,
-// sigmoid, tanh, gelu (approximate = "none" | "tanh"), sqrt, rsqrt.
+// Elementwise ops, with NumPy broadcasting and PyTorch's type promotion (docs/ops.md):
 //
-// Each op is one table entry {name, scalar function, vector function}: the scalar function (a
-// struct with a static `apply`) makes the reference kernel for every dtype the op supports, the
-// vector function (an AVX2 array kernel from src/kernels/cpu/elementwise_avx2.h) the f32 one.
+//   unary:    relu, neg, abs, sign, exp, expm1, log, log1p, log2, sqrt, rsqrt, reciprocal, sin,
+//             cos, tanh, sigmoid, erf, gelu (approximate), silu, mish, hardswish, hardsigmoid,
+//             leaky_relu (negative_slope), elu (alpha, scale, input_scale), softplus (beta,
+//             threshold), hardtanh (min_val, max_val), clamp (min, max), floor, ceil, trunc,
+//             round (decimals), isnan, isinf, logical_not
+//   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod, remainder,
+//             eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor
+//   ternary:  where (condition, a, b)
+//
+// Each op is one table entry: a scalar functor (its operator() a template over the element type
+// it computes in) that makes the reference kernel for every dtype the op takes, a dtype rule, and
+// optionally an AVX2 f32 array kernel from src/kernels/cpu/elementwise_avx2.h. One driver runs
+// them all: it walks the broadcast output in runs, converts inputs whose dtype differs from the
+// computing dtype (mixed dtypes, f16/bf16 computed in f32) block by block, and converts the
+// result to the output dtype.
+//
+// Binary ops and where take the attribute wrapped_numbers: the inputs that hold a Python number
+// (a rank-0 constant), which take part in type promotion as PyTorch's wrapped numbers do.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <numbers>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dtype_dispatch.h"
 #include "kernels/cpu/elementwise_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/op_registry.h"
+#include "ops/type_promotion.h"
 
 namespace kiln {
 
 namespace {
 
-// The dtypes the reference kernels are instantiated for, in this order.
-constexpr std::array<DType, 4> kKernelDTypes = {DType::F32, DType::F64, DType::I32, DType::I64};
+// ---------------------------------------------------------------- dtype rules
 
-int dtype_slot(DType dtype) {
-  for (size_t i = 0; i < kKernelDTypes.size(); ++i)
-    if (kKernelDTypes[i] == dtype) return static_cast<int>(i);
-  return -1;
+// The dtype categories an op takes, as a bit set.
+enum Categories : unsigned { kBool = 1, kIntegers = 2, kFloats = 4, kNumbers = 6, kAll = 7 };
+
+// The dtype an op computes in, from its inputs' promoted dtype.
+enum class Compute : uint8_t {
+  Promoted,        // the promoted dtype itself
+  FloatIfInteger,  // integer and bool become f32, PyTorch's default dtype (exp, true division)
+  Bool,            // every input as bool, x != 0 with NaN true (logical ops)
+};
+
+struct Rule {
+  unsigned takes;  // categories of the promoted dtype
+  Compute compute;
+  bool bool_result;  // comparisons and predicates; otherwise the computing dtype
+};
+
+constexpr Rule kAny{kAll, Compute::Promoted, false};
+constexpr Rule kNumeric{kNumbers, Compute::Promoted, false};
+constexpr Rule kFloating{kAll, Compute::FloatIfInteger, false};
+constexpr Rule kFloatOnly{kFloats, Compute::Promoted, false};
+constexpr Rule kPredicate{kAll, Compute::Promoted, true};
+constexpr Rule kLogical{kAll, Compute::Bool, true};
+
+unsigned category_of(DType d) {
+  if (d == DType::Bool) return kBool;
+  return is_floating(d) ? kFloats : kIntegers;
 }
 
-// Reference math runs in double for f32: double has more than twice f32's precision, so + - * /
-// and sqrt round to exactly the f32 result, and transcendental functions become accurate to
-// half an f32 ULP, which makes the reference the yardstick for the vectorized kernels.
+std::string categories_string(unsigned categories) {
+  std::string out;
+  auto add = [&](unsigned bit, const char* name) {
+    if (categories & bit) out += (out.empty() ? "" : ", ") + std::string(name);
+  };
+  add(kFloats, "floating");
+  add(kIntegers, "integer");
+  add(kBool, "bool");
+  return out + " dtypes";
+}
+
+// The element types a rule's reference kernels are instantiated for (f16 and bf16 compute in
+// f32, as PyTorch's CPU kernels do).
+constexpr unsigned instantiated(Rule rule) {
+  switch (rule.compute) {
+    case Compute::FloatIfInteger: return kFloats;
+    case Compute::Bool: return kBool;
+    case Compute::Promoted: break;
+  }
+  return rule.takes;
+}
+
+template <typename T>
+constexpr unsigned kCategoryOf = std::is_same_v<T, bool>            ? kBool
+                                 : std::is_floating_point_v<T>      ? kFloats
+                                 : std::is_integral_v<T>            ? kIntegers
+                                                                    : 0u;  // f16, bf16
+
+// ---------------------------------------------------------------- scalar functors
+
+// Transcendental functions of f32 run in double and round once: double has more than twice
+// f32's precision, so the result is within half an f32 ULP of the true value, which makes the
+// reference the yardstick for the vectorized kernels. Ops PyTorch defines by a sequence of
+// roundings in the element type (floor division, remainder) compute in the element type.
 template <typename T>
 using Wide = std::conditional_t<std::is_floating_point_v<T>, double, T>;
 
+template <typename T>
+constexpr bool kIsInteger = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
 // Integer arithmetic wraps around like PyTorch's rather than overflowing (undefined in C++).
 template <typename T>
-using Bits = std::make_unsigned_t<T>;
+T wrapping_add(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <typename T>
+T wrapping_sub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+}
+template <typename T>
+T wrapping_mul(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+}
 
-// ---------------------------------------------------------------- scalar functions
+// Integer quotient and remainder without the traps of x / 0 (ruled out before the loop) and
+// MIN / -1 (which wraps, as two's complement negation does).
+template <typename T>
+T truncated_quotient(T a, T b) {
+  if constexpr (std::is_signed_v<T>)
+    if (b == T(-1)) return wrapping_sub(T(0), a);
+  return static_cast<T>(a / b);
+}
+template <typename T>
+T truncated_remainder(T a, T b) {
+  if constexpr (std::is_signed_v<T>)
+    if (b == T(-1)) return T(0);
+  return static_cast<T>(a % b);
+}
 
+// a + alpha * b with alpha converted to the element type, for floats rounded once (PyTorch's
+// fused multiply-add). sub is a - alpha * b, PyTorch's add with -alpha.
 struct Add {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(Bits<T>(a) + Bits<T>(b));
-    else return a + b;
+  double alpha;
+  explicit Add(const Node& node) : alpha(node.attr_float("alpha")) {}
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>) return a || (alpha != 0 && b);
+    else if constexpr (kIsInteger<T>) return wrapping_add(a, wrapping_mul(cpu::convert<T>(alpha), b));
+    else return alpha == 1 ? a + b : std::fma(static_cast<T>(alpha), b, a);
   }
 };
 struct Sub {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(Bits<T>(a) - Bits<T>(b));
-    else return a - b;
+  double alpha;
+  explicit Sub(const Node& node) : alpha(node.attr_float("alpha")) {}
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (kIsInteger<T>) return wrapping_sub(a, wrapping_mul(cpu::convert<T>(alpha), b));
+    else return alpha == 1 ? a - b : std::fma(-static_cast<T>(alpha), b, a);
   }
 };
 struct Mul {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(Bits<T>(a) * Bits<T>(b));
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>) return a && b;
+    else if constexpr (kIsInteger<T>) return wrapping_mul(a, b);
     else return a * b;
   }
 };
-// True division, as PyTorch's div: floating dtypes only (an integer division by zero would trap).
 struct Div {
-  static double apply(double a, double b) { return a / b; }
+  template <typename T> T operator()(T a, T b) const { return a / b; }
+};
+struct DivTrunc {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (kIsInteger<T>) return truncated_quotient(a, b);
+    else return std::trunc(a / b);
+  }
+};
+// PyTorch's div_floor: for floats its sequence of roundings in the element type, which keeps
+// a / b's sign on zero and corrects a quotient rounded up to an integer.
+struct DivFloor {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (kIsInteger<T>) {
+      const T quotient = truncated_quotient(a, b);
+      if constexpr (std::is_signed_v<T>)
+        if ((a < 0) != (b < 0) && truncated_remainder(a, b) != 0) return wrapping_sub(quotient, T(1));
+      return quotient;
+    } else {
+      if (b == 0) return a / b;
+      const T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if (mod != 0 && (b < 0) != (mod < 0)) div -= T(1);
+      if (div == 0) return std::copysign(T(0), a / b);
+      T floor_div = std::floor(div);
+      if (div - floor_div > T(0.5)) floor_div += T(1);
+      return floor_div;
+    }
+  }
+};
+struct Fmod {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (kIsInteger<T>) return truncated_remainder(a, b);
+    else return std::fmod(a, b);
+  }
+};
+// The remainder with the divisor's sign (Python's %).
+struct Remainder {
+  template <typename T> T operator()(T a, T b) const {
+    T r;
+    if constexpr (kIsInteger<T>) r = truncated_remainder(a, b);
+    else r = std::fmod(a, b);
+    if constexpr (std::is_signed_v<T>)
+      if (r != 0 && (b < T(0)) != (r < T(0))) r += b;
+    return r;
+  }
+};
+
+// PyTorch's pow. Integers: repeated squaring, wrapping; a negative exponent gives 0 except for
+// bases 1 and -1. Floats: std::pow, except that an exponent given as a Python number (a wrapped
+// number) of 2, 3, 0.5, -0.5, -1 or -2 is computed as PyTorch's pow(Tensor, Scalar) computes it,
+// in the element type: x * x, x * x * x, sqrt(x), 1 / sqrt(x), 1 / x, 1 / (x * x) (sqrt differs
+// from pow at -0 and -inf, and 1 / (x * x) overflows where pow doesn't).
+struct Pow {
+  bool scalar_exponent = false;
+  explicit Pow(const Node& node) {
+    for (int64_t i : node.attr_ints("wrapped_numbers")) scalar_exponent |= i == 1;
+  }
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (kIsInteger<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b < 0) {
+          if (a == 1) return 1;
+          if (a == -1) return (b % 2) ? T(-1) : T(1);
+          return 0;
+        }
+      }
+      T result = 1;
+      for (; b != 0; b = static_cast<T>(b / 2)) {
+        if (b & 1) result = wrapping_mul(result, a);
+        a = wrapping_mul(a, a);
+      }
+      return result;
+    } else {
+      if (scalar_exponent) {
+        if (b == T(2)) return a * a;
+        if (b == T(3)) return a * a * a;
+        if (b == T(0.5)) return std::sqrt(a);
+        if (b == T(-0.5)) return T(1) / std::sqrt(a);
+        if (b == T(-1)) return T(1) / a;
+        if (b == T(-2)) return T(1) / (a * a);
+      }
+      return static_cast<T>(std::pow(Wide<T>(a), Wide<T>(b)));
+    }
+  }
+};
+
+// NaN when either input is NaN (the NaN itself); the first input on ties (+0 and -0).
+struct Maximum {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::isnan(b)) return b;
+    return a < b ? b : a;
+  }
+};
+struct Minimum {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::isnan(b)) return b;
+    return b < a ? b : a;
+  }
+};
+
+template <typename Op>
+struct Comparison {
+  template <typename T> bool operator()(T a, T b) const { return Op{}(a, b); }
+};
+
+struct LogicalAnd {
+  bool operator()(bool a, bool b) const { return a && b; }
+};
+struct LogicalOr {
+  bool operator()(bool a, bool b) const { return a || b; }
+};
+struct LogicalXor {
+  bool operator()(bool a, bool b) const { return a != b; }
+};
+struct LogicalNot {
+  bool operator()(bool x) const { return !x; }
+};
+
+struct Where {
+  template <typename T> T operator()(bool condition, T a, T b) const { return condition ? a : b; }
 };
 
 // `x < 0 ? 0 : x` keeps NaN and -0 as PyTorch does.
 struct Relu {
-  template <typename T> static T apply(T x) { return x < T(0) ? T(0) : x; }
+  template <typename T> T operator()(T x) const { return x < T(0) ? T(0) : x; }
 };
 struct Neg {
-  template <typename T> static T apply(T x) {
-    if constexpr (std::is_integral_v<T>) return static_cast<T>(Bits<T>(0) - Bits<T>(x));
+  template <typename T> T operator()(T x) const {
+    if constexpr (kIsInteger<T>) return wrapping_sub(T(0), x);
     else return -x;
   }
 };
-struct Exp {
-  static double apply(double x) { return std::exp(x); }
-};
-struct Sigmoid {
-  static double apply(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-};
-struct Tanh {
-  static double apply(double x) { return std::tanh(x); }
-};
-// x * Phi(x) with Phi written through erfc, which keeps its relative accuracy for x << 0 where
-// 1 + erf(x / sqrt 2) would cancel.
-struct GeluErf {
-  static double apply(double x) { return 0.5 * x * std::erfc(-x * std::numbers::sqrt2 / 2); }
-};
-// 0.5 x (1 + tanh(u)) written as x * sigmoid(2u), which does not cancel for x << 0.
-struct GeluTanh {
-  static double apply(double x) {
-    double two_u = 2 * std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x);
-    return x / (1.0 + std::exp(-two_u));
+struct Abs {
+  template <typename T> T operator()(T x) const {
+    if constexpr (kIsInteger<T>) return x < T(0) ? wrapping_sub(T(0), x) : x;
+    else return std::fabs(x);
   }
 };
-struct Sqrt {
-  static double apply(double x) { return std::sqrt(x); }
+// (0 < x) - (x < 0): 0 for NaN and both zeros, as PyTorch's.
+struct Sign {
+  template <typename T> T operator()(T x) const {
+    return static_cast<T>(static_cast<int>(T(0) < x) - static_cast<int>(x < T(0)));
+  }
 };
-struct Rsqrt {
-  static double apply(double x) { return 1.0 / std::sqrt(x); }
+
+// A function evaluated in double for f32 and rounded once.
+#define KILN_WIDE_UNARY(Name, expression)                        \
+  struct Name {                                                  \
+    template <typename T> T operator()(T value) const {          \
+      const Wide<T> x = value;                                   \
+      return static_cast<T>(expression);                         \
+    }                                                            \
+  };
+KILN_WIDE_UNARY(Exp, std::exp(x))
+KILN_WIDE_UNARY(Expm1, std::expm1(x))
+KILN_WIDE_UNARY(Log, std::log(x))
+KILN_WIDE_UNARY(Log1p, std::log1p(x))
+KILN_WIDE_UNARY(Log2, std::log2(x))
+KILN_WIDE_UNARY(Sqrt, std::sqrt(x))
+KILN_WIDE_UNARY(Rsqrt, 1 / std::sqrt(x))
+KILN_WIDE_UNARY(Reciprocal, 1 / x)
+KILN_WIDE_UNARY(Sin, std::sin(x))
+KILN_WIDE_UNARY(Cos, std::cos(x))
+KILN_WIDE_UNARY(Tanh, std::tanh(x))
+KILN_WIDE_UNARY(Sigmoid, 1 / (1 + std::exp(-x)))
+KILN_WIDE_UNARY(Erf, std::erf(x))
+// x * Phi(x) with Phi written through erfc, which keeps its relative accuracy for x << 0 where
+// 1 + erf(x / sqrt 2) would cancel.
+KILN_WIDE_UNARY(GeluErf, 0.5 * x * std::erfc(-x * std::numbers::sqrt2 / 2))
+// 0.5 x (1 + tanh(u)) written as x * sigmoid(2u), which does not cancel for x << 0.
+KILN_WIDE_UNARY(GeluTanh,
+                x / (1 + std::exp(-2 * std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))))
+KILN_WIDE_UNARY(Silu, x / (1 + std::exp(-x)))
+KILN_WIDE_UNARY(Mish, x * std::tanh(std::log1p(std::exp(x))))
+#undef KILN_WIDE_UNARY
+
+// PyTorch's formulas in the element type, rounded at each step as PyTorch rounds them:
+// x * min(max(x + 3, 0), 6) / 6 and min(max(x + 3, 0), 6) / 6 (NaN passes: both comparisons are
+// false for it).
+template <typename T>
+T relu6_of_x_plus_3(T x) {
+  return std::min(std::max(static_cast<T>(x + 3), T(0)), T(6));
+}
+struct Hardswish {
+  template <typename T> T operator()(T x) const { return x * relu6_of_x_plus_3(x) / T(6); }
+};
+struct Hardsigmoid {
+  template <typename T> T operator()(T x) const { return relu6_of_x_plus_3(x) / T(6); }
 };
 
-// Integer dtypes take the ops whose `apply` is a template.
-template <typename F>
-constexpr bool kTakesIntegers = requires { &F::template apply<int32_t>; };
+// Rounding to an integer; integers are their own.
+#define KILN_ROUNDING(Name, function)                                        \
+  struct Name {                                                              \
+    template <typename T> T operator()(T x) const {                          \
+      if constexpr (std::is_floating_point_v<T>) return function(x);         \
+      else return x;                                                         \
+    }                                                                        \
+  };
+KILN_ROUNDING(Floor, std::floor)
+KILN_ROUNDING(Ceil, std::ceil)
+KILN_ROUNDING(Trunc, std::trunc)
+#undef KILN_ROUNDING
 
-// ---------------------------------------------------------------- reference kernels
+// Half to even (nearbyint in the default rounding mode). With decimals, PyTorch's formula in the
+// element type: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d for d < 0.
+struct Round {
+  int64_t decimals;
+  explicit Round(const Node& node) : decimals(node.attr_int("decimals")) {}
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (decimals == 0) return std::nearbyint(x);
+      const T scale = static_cast<T>(std::pow(10.0, static_cast<double>(std::abs(decimals))));
+      return decimals > 0 ? std::nearbyint(x * scale) / scale : std::nearbyint(x / scale) * scale;
+    } else {
+      return x;
+    }
+  }
+};
 
-template <typename F, typename T>
-void unary_reference(const void* in, void* out, int64_t begin, int64_t end) {
-  const T* x = static_cast<const T*>(in);
-  T* y = static_cast<T*>(out);
-  for (int64_t i = begin; i < end; ++i)
-    y[i] = static_cast<T>(F::apply(static_cast<Wide<T>>(x[i])));
+struct IsNan {
+  template <typename T> bool operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::isnan(x);
+    else return false;
+  }
+};
+struct IsInf {
+  template <typename T> bool operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::isinf(x);
+    else return false;
+  }
+};
+
+// Attribute parameters become the element type first, as PyTorch converts its Scalars, then
+// compute in double.
+struct LeakyRelu {
+  double slope;
+  explicit LeakyRelu(const Node& node) : slope(node.attr_float("negative_slope")) {}
+  template <typename T> T operator()(T x) const {
+    return x > T(0) ? x : static_cast<T>(Wide<T>(x) * static_cast<T>(slope));
+  }
+};
+struct Elu {
+  double alpha, scale, input_scale;
+  explicit Elu(const Node& node)
+      : alpha(node.attr_float("alpha")),
+        scale(node.attr_float("scale")),
+        input_scale(node.attr_float("input_scale")) {}
+  template <typename T> T operator()(T value) const {
+    const Wide<T> x = value;
+    if (x > 0) return static_cast<T>(x * static_cast<T>(scale));
+    return static_cast<T>(std::expm1(x * static_cast<T>(input_scale)) *
+                          (Wide<T>(static_cast<T>(alpha)) * static_cast<T>(scale)));
+  }
+};
+// x when x * beta > threshold (PyTorch's switch to the linear function), else log1p(e^(x beta)) / beta.
+struct Softplus {
+  double beta, threshold;
+  explicit Softplus(const Node& node)
+      : beta(node.attr_float("beta")), threshold(node.attr_float("threshold")) {}
+  template <typename T> T operator()(T value) const {
+    const Wide<T> x = value, b = static_cast<T>(beta);
+    if (x * b > static_cast<T>(threshold)) return value;
+    return static_cast<T>(std::log1p(std::exp(x * b)) / b);
+  }
+};
+// min(max(x, lo), hi): x on ties and when x is NaN; a NaN bound makes every result NaN (PyTorch's
+// clamp with both bounds). For integers an infinite bound is no bound.
+struct Clamp {
+  double lo, hi;
+  Clamp(double lo, double hi) : lo(lo), hi(hi) {}
+  explicit Clamp(const Node& node)
+      : Clamp(node.attr_float(node.op() == "clamp" ? "min" : "min_val"),
+              node.attr_float(node.op() == "clamp" ? "max" : "max_val")) {}
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(lo) || std::isnan(hi)) return std::numeric_limits<T>::quiet_NaN();
+      const T low = static_cast<T>(lo), high = static_cast<T>(hi);
+      const T y = x < low ? low : x;
+      return high < y ? high : y;
+    } else {
+      T y = x;
+      if (std::isfinite(lo) && y < cpu::convert<T>(lo)) y = cpu::convert<T>(lo);
+      if (std::isfinite(hi) && cpu::convert<T>(hi) < y) y = cpu::convert<T>(hi);
+      return y;
+    }
+  }
+};
+
+// ---------------------------------------------------------------- array functions
+
+// fn(inputs, steps, out, n): out[i] = f(inputs[k][i * steps[k]]...) for i < n, the inputs and
+// the output in the op's computing and result types; each step is 1 or 0 (broadcast).
+using ArrayFn =
+    std::function<void(const void* const* inputs, const int64_t* steps, void* out, int64_t n)>;
+
+template <typename... In, typename F, size_t... I>
+void apply_array(const F& f, const void* const* inputs, const int64_t* steps, void* out,
+                 int64_t n, std::index_sequence<I...>) {
+  using R = decltype(f(In{}...));
+  R* y = static_cast<R*>(out);
+  const std::tuple<const In*...> x{static_cast<const In*>(inputs[I])...};
+  if (((steps[I] == 1) && ...)) {  // the common case, in a loop the compiler can vectorize
+    for (int64_t i = 0; i < n; ++i) y[i] = f(std::get<I>(x)[i]...);
+  } else {
+    const std::array<int64_t, sizeof...(In)> step{steps[I]...};
+    for (int64_t i = 0; i < n; ++i) y[i] = f(std::get<I>(x)[i * step[I]]...);
+  }
 }
 
-template <typename F, typename T>
-void binary_reference(const cpu::BroadcastPlan& plan, const void* a_data, const void* b_data,
-                      void* out, int64_t begin, int64_t end) {
-  const T* a = static_cast<const T*>(a_data);
-  const T* b = static_cast<const T*>(b_data);
-  T* y = static_cast<T*>(out);
-  plan.for_each_run(begin, end, [&](int64_t o, int64_t ia, int64_t ib, int64_t n, int64_t sa,
-                                    int64_t sb) {
-    for (int64_t i = 0; i < n; ++i)
-      y[o + i] = static_cast<T>(
-          F::apply(static_cast<Wide<T>>(a[ia + i * sa]), static_cast<Wide<T>>(b[ib + i * sb])));
+template <typename... In, typename F>
+ArrayFn array_fn(F f) {
+  return [f](const void* const* inputs, const int64_t* steps, void* out, int64_t n) {
+    apply_array<In...>(f, inputs, steps, out, n, std::index_sequence_for<In...>{});
+  };
+}
+
+template <typename F>
+F make_functor(const Node& node) {
+  if constexpr (std::is_constructible_v<F, const Node&>) return F(node);
+  else return F{};
+}
+
+// The reference array function of functor F for the computing dtype (one of the types
+// instantiated(R) covers).
+template <typename F, Rule R, int Arity, bool Condition>
+ArrayFn reference_fn(const Node& node, DType compute) {
+  return cpu::dispatch_dtype(compute, [&](auto zero) -> ArrayFn {
+    using C = decltype(zero);
+    if constexpr ((instantiated(R) & kCategoryOf<C>) != 0) {
+      const F f = make_functor<F>(node);
+      if constexpr (Condition) return array_fn<bool, C, C>(f);
+      else if constexpr (Arity == 1) return array_fn<C>(f);
+      else return array_fn<C, C>(f);
+    } else {
+      KILN_ASSERT(false, node.op() << " has no reference kernel for " << dtype_name(compute));
+      return {};
+    }
   });
 }
 
-using UnaryReferenceFn = void (*)(const void*, void*, int64_t, int64_t);
-using BinaryReferenceFn = void (*)(const cpu::BroadcastPlan&, const void*, const void*, void*,
-                                   int64_t, int64_t);
+#ifdef KILN_X86
+ArrayFn unary_vector(cpu::UnaryArrayFn fn) {
+  return [fn](const void* const* in, const int64_t*, void* out, int64_t n) {
+    fn(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
+  };
+}
+ArrayFn binary_vector(cpu::BinaryArrayFn fn) {
+  return [fn](const void* const* in, const int64_t* steps, void* out, int64_t n) {
+    fn(static_cast<const float*>(in[0]), steps[0], static_cast<const float*>(in[1]), steps[1],
+       static_cast<float*>(out), n);
+  };
+}
+ArrayFn compare_vector(cpu::CompareArrayFn fn) {
+  return [fn](const void* const* in, const int64_t* steps, void* out, int64_t n) {
+    fn(static_cast<const float*>(in[0]), steps[0], static_cast<const float*>(in[1]), steps[1],
+       static_cast<bool*>(out), n);
+  };
+}
+#endif
 
-// One kernel per slot of kKernelDTypes: make(T{}) for each dtype that F takes, else null.
-template <typename F, typename Fn, typename Make>
-constexpr std::array<Fn, 4> per_dtype(Make make) {
-  std::array<Fn, 4> fns{make(float{}), make(double{}), nullptr, nullptr};
-  if constexpr (kTakesIntegers<F>) {
-    fns[2] = make(int32_t{});
-    fns[3] = make(int64_t{});
+// ---------------------------------------------------------------- the op table
+
+struct OpEntry {
+  std::string_view name;
+  int arity;  // inputs, the condition included
+  bool condition;  // the first input is where's condition
+  Rule rule;
+  // The value of `variant_attr` that selects this entry among those of the same name
+  // (gelu's approximate, div's rounding_mode); both empty for ops with one entry.
+  std::string_view variant_attr, variant;
+  std::vector<AttrSpec> attrs;  // besides the variant and wrapped_numbers
+  ArrayFn (*reference)(const Node& node, DType compute);
+  // The AVX2 array function for this node (f32), or an empty one when its attributes or
+  // constant inputs have none. Null for ops without AVX2 kernels, and off x86.
+  ArrayFn (*vector)(const KernelSpec& spec) = nullptr;
+  // Integer division and remainder: a zero divisor (input 1) is an E40002, checked before the loop.
+  bool checks_divisor = false;
+  // Further checks of attributes against the computing dtype (bounds that must fit it, ...).
+  void (*check)(InferContext& ctx, DType compute) = nullptr;
+};
+
+template <typename F, Rule R, int Arity = 1, bool Condition = false>
+OpEntry entry(std::string_view name, std::vector<AttrSpec> attrs = {},
+              ArrayFn (*vector)(const KernelSpec&) = nullptr) {
+  return OpEntry{name, Arity, Condition, R, {}, {}, std::move(attrs),
+                 &reference_fn<F, R, Arity, Condition>, vector};
+}
+
+OpEntry with_variant(OpEntry e, std::string_view attr, std::string_view value) {
+  e.variant_attr = attr;
+  e.variant = value;
+  return e;
+}
+OpEntry checking_divisor(OpEntry e) {
+  e.checks_divisor = true;
+  return e;
+}
+OpEntry with_check(OpEntry e, void (*check)(InferContext&, DType)) {
+  e.check = check;
+  return e;
+}
+
+// Finite bounds must fit an integer dtype (PyTorch: "value cannot be converted without
+// overflow"); NaN bounds are for floats only.
+void check_bounds(InferContext& ctx, DType compute) {
+  if (is_floating(compute)) return;
+  const bool clamp = ctx.op() == "clamp";
+  for (const char* name : {clamp ? "min" : "min_val", clamp ? "max" : "max_val"}) {
+    const double bound = ctx.attr_float(name);
+    if (std::isinf(bound)) continue;
+    std::string why = std::isnan(bound) ? "NaN is not a " + std::string(dtype_name(compute))
+                                        : cpu::scalar_unrepresentable_reason(compute, bound);
+    ctx.check(why.empty(), "attribute '" + std::string(name) + "': " + why);
   }
-  return fns;
 }
 
-// ---------------------------------------------------------------- the op tables
-
-struct UnaryOp {
-  std::string_view name;
-  // The value of the attribute "approximate" that selects this entry (gelu), else empty.
-  std::string_view approximate;
-  std::array<UnaryReferenceFn, 4> reference;
-  cpu::UnaryArrayFn vector;  // f32, AVX2+FMA; null off x86
-};
-
-struct BinaryOp {
-  std::string_view name;
-  std::array<BinaryReferenceFn, 4> reference;
-  cpu::BinaryArrayFn vector;  // f32, AVX2+FMA; null off x86
-};
-
-template <typename F>
-constexpr UnaryOp unary(std::string_view name, std::string_view approximate,
-                        cpu::UnaryArrayFn vector) {
-  return {name, approximate,
-          per_dtype<F, UnaryReferenceFn>([](auto t) { return &unary_reference<F, decltype(t)>; }),
-          vector};
-}
-template <typename F>
-constexpr BinaryOp binary(std::string_view name, cpu::BinaryArrayFn vector) {
-  return {name,
-          per_dtype<F, BinaryReferenceFn>([](auto t) { return &binary_reference<F, decltype(t)>; }),
-          vector};
+// PyTorch takes an integral alpha for integer dtypes and 0 or 1 for bool.
+void check_alpha(InferContext& ctx, DType compute) {
+  const double alpha = ctx.attr_float("alpha");
+  if (is_floating(compute)) return;
+  ctx.check(compute == DType::Bool ? alpha == 0 || alpha == 1 : alpha == std::trunc(alpha),
+            "attribute 'alpha' is " + std::to_string(alpha) + ", which is not a " +
+                std::string(dtype_name(compute)) + " (the inputs' promoted dtype)");
+  if (compute != DType::Bool) {
+    const std::string why = cpu::scalar_unrepresentable_reason(compute, alpha);
+    ctx.check(why.empty(), "attribute 'alpha': " + why);
+  }
 }
 
-constexpr UnaryOp kUnaryOps[] = {
-    unary<Relu>("relu", "", KILN_IF_X86(&cpu::avx2::relu)),
-    unary<Neg>("neg", "", KILN_IF_X86(&cpu::avx2::neg)),
-    unary<Exp>("exp", "", KILN_IF_X86(&cpu::avx2::exp)),
-    unary<Sigmoid>("sigmoid", "", KILN_IF_X86(&cpu::avx2::sigmoid)),
-    unary<Tanh>("tanh", "", KILN_IF_X86(&cpu::avx2::tanh)),
-    unary<GeluErf>("gelu", "none", KILN_IF_X86(&cpu::avx2::gelu_erf)),
-    unary<GeluTanh>("gelu", "tanh", KILN_IF_X86(&cpu::avx2::gelu_tanh)),
-    unary<Sqrt>("sqrt", "", KILN_IF_X86(&cpu::avx2::sqrt)),
-    unary<Rsqrt>("rsqrt", "", KILN_IF_X86(&cpu::avx2::rsqrt)),
-};
-
-constexpr BinaryOp kBinaryOps[] = {
-    binary<Add>("add", KILN_IF_X86(&cpu::avx2::add)),
-    binary<Sub>("sub", KILN_IF_X86(&cpu::avx2::sub)),
-    binary<Mul>("mul", KILN_IF_X86(&cpu::avx2::mul)),
-    binary<Div>("div", KILN_IF_X86(&cpu::avx2::div)),
-};
-
-// The dtypes an entry's reference kernels take, for messages: "f32, f64, i32, i64".
-template <typename Fn>
-std::string dtype_list(const std::array<Fn, 4>& reference) {
-  std::string out;
-  for (size_t i = 0; i < reference.size(); ++i)
-    if (reference[i]) out += (out.empty() ? "" : ", ") + std::string(dtype_name(kKernelDTypes[i]));
-  return out;
+void check_decimals(InferContext& ctx, DType compute) {
+  ctx.check(ctx.attr_int("decimals") == 0 || is_floating(compute),
+            "round with decimals takes floating dtypes, not " + std::string(dtype_name(compute)));
 }
 
-template <typename Fn>
-void check_dtype(InferContext& ctx, DType dtype, const std::array<Fn, 4>& reference) {
-  int slot = dtype_slot(dtype);
-  ctx.check(slot >= 0 && reference[slot],
-            std::string(ctx.op()) + " takes " + dtype_list(reference) + ", not " +
-                std::string(dtype_name(dtype)) + "; insert a cast");
+#ifdef KILN_X86
+// The vector kernels of ops without attributes.
+template <cpu::UnaryArrayFn F>
+ArrayFn unary_avx2(const KernelSpec&) {
+  return unary_vector(F);
+}
+template <cpu::BinaryArrayFn F>
+ArrayFn binary_avx2(const KernelSpec&) {
+  return binary_vector(F);
+}
+template <cpu::CompareArrayFn F>
+ArrayFn compare_avx2(const KernelSpec&) {
+  return compare_vector(F);
 }
 
-// The table entry of unary op `op`; gelu's attribute "approximate" picks one of its entries.
-const UnaryOp* find_unary(const std::string& op, const AttrMap& attrs) {
-  auto it = attrs.find("approximate");
-  std::string_view approximate =
-      it == attrs.end() ? std::string_view() : std::get<std::string>(it->second);
-  for (const UnaryOp& u : kUnaryOps)
-    if (u.name == op && u.approximate == approximate) return &u;
+ArrayFn clamp_avx2(const KernelSpec& spec) {
+  const Clamp c(spec.node);
+  if (std::isnan(c.lo) || std::isnan(c.hi)) return {};  // every result NaN: the reference's
+  return [lo = static_cast<float>(c.lo), hi = static_cast<float>(c.hi)](
+             const void* const* in, const int64_t*, void* out, int64_t n) {
+    cpu::avx2::clamp(static_cast<const float*>(in[0]), static_cast<float*>(out), n, lo, hi);
+  };
+}
+
+ArrayFn leaky_relu_avx2(const KernelSpec& spec) {
+  return [slope = static_cast<float>(spec.node.attr_float("negative_slope"))](
+             const void* const* in, const int64_t*, void* out, int64_t n) {
+    cpu::avx2::leaky_relu(static_cast<const float*>(in[0]), static_cast<float*>(out), n, slope);
+  };
+}
+
+ArrayFn round_avx2(const KernelSpec& spec) {
+  if (spec.node.attr_int("decimals") != 0) return {};
+  return unary_vector(&cpu::avx2::round);
+}
+
+// pow with a constant Python-number exponent that PyTorch computes without pow().
+ArrayFn pow_avx2(const KernelSpec& spec) {
+  const std::vector<int64_t>& wrapped = spec.node.attr_ints("wrapped_numbers");
+  const Tensor* exponent = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
+  if (!exponent || std::find(wrapped.begin(), wrapped.end(), 1) == wrapped.end()) return {};
+  float e = 0;
+  cpu::cast_reference(exponent->dtype(), DType::F32, exponent->data(), &e, 0, 1);
+  const std::pair<float, cpu::UnaryArrayFn> kernels[] = {
+      {2.0f, &cpu::avx2::square}, {3.0f, &cpu::avx2::cube},   {0.5f, &cpu::avx2::sqrt},
+      {-0.5f, &cpu::avx2::rsqrt}, {-1.0f, &cpu::avx2::reciprocal},
+      {-2.0f, &cpu::avx2::reciprocal_square}};
+  for (const auto& [value, fn] : kernels) {
+    if (e != value) continue;
+    // The base is input 0: the exponent's step is ignored.
+    return [fn](const void* const* in, const int64_t*, void* out, int64_t n) {
+      fn(static_cast<const float*>(in[0]), static_cast<float*>(out), n);
+    };
+  }
+  return {};
+}
+
+// a + alpha * b: the plain kernels for alpha = 1, else one fused multiply-add.
+template <cpu::BinaryArrayFn Plain, int Sign>
+ArrayFn add_avx2(const KernelSpec& spec) {
+  const double alpha = spec.node.attr_float("alpha");
+  if (alpha == 1) return binary_vector(Plain);
+  return [scale = Sign * static_cast<float>(alpha)](const void* const* in, const int64_t* steps,
+                                                    void* out, int64_t n) {
+    cpu::avx2::add_scaled(static_cast<const float*>(in[0]), steps[0],
+                          static_cast<const float*>(in[1]), steps[1], static_cast<float*>(out), n,
+                          scale);
+  };
+}
+
+ArrayFn div_avx2(const KernelSpec& spec) {
+  if (spec.node.attr_string("rounding_mode") != "none") return {};
+  return binary_vector(&cpu::avx2::div);
+}
+
+ArrayFn where_avx2(const KernelSpec&) {
+  return [](const void* const* in, const int64_t* steps, void* out, int64_t n) {
+    cpu::avx2::where(static_cast<const bool*>(in[0]), steps[0], static_cast<const float*>(in[1]),
+                     steps[1], static_cast<const float*>(in[2]), steps[2],
+                     static_cast<float*>(out), n);
+  };
+}
+#define KILN_AVX2(maker) &maker
+#else
+#define KILN_AVX2(maker) nullptr
+#endif
+
+const std::vector<OpEntry>& op_table() {
+  using A = AttrSpec;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  static const std::vector<OpEntry> table = {
+      // unary
+      entry<Relu, kNumeric>("relu", {}, KILN_AVX2(unary_avx2<&cpu::avx2::relu>)),
+      entry<Neg, kNumeric>("neg", {}, KILN_AVX2(unary_avx2<&cpu::avx2::neg>)),
+      entry<Abs, kNumeric>("abs", {}, KILN_AVX2(unary_avx2<&cpu::avx2::abs>)),
+      entry<Sign, kAny>("sign"),
+      entry<Exp, kFloating>("exp", {}, KILN_AVX2(unary_avx2<&cpu::avx2::exp>)),
+      entry<Expm1, kFloating>("expm1"),
+      entry<Log, kFloating>("log", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log>)),
+      entry<Log1p, kFloating>("log1p"),
+      entry<Log2, kFloating>("log2"),
+      entry<Sqrt, kFloating>("sqrt", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sqrt>)),
+      entry<Rsqrt, kFloating>("rsqrt", {}, KILN_AVX2(unary_avx2<&cpu::avx2::rsqrt>)),
+      entry<Reciprocal, kFloating>("reciprocal", {},
+                                   KILN_AVX2(unary_avx2<&cpu::avx2::reciprocal>)),
+      entry<Sin, kFloating>("sin"),
+      entry<Cos, kFloating>("cos"),
+      entry<Tanh, kFloating>("tanh", {}, KILN_AVX2(unary_avx2<&cpu::avx2::tanh>)),
+      entry<Sigmoid, kFloating>("sigmoid", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sigmoid>)),
+      entry<Erf, kFloating>("erf", {}, KILN_AVX2(unary_avx2<&cpu::avx2::erf>)),
+      with_variant(entry<GeluErf, kFloatOnly>("gelu", {},
+                                              KILN_AVX2(unary_avx2<&cpu::avx2::gelu_erf>)),
+                   "approximate", "none"),
+      with_variant(entry<GeluTanh, kFloatOnly>("gelu", {},
+                                               KILN_AVX2(unary_avx2<&cpu::avx2::gelu_tanh>)),
+                   "approximate", "tanh"),
+      entry<Silu, kFloatOnly>("silu", {}, KILN_AVX2(unary_avx2<&cpu::avx2::silu>)),
+      entry<Mish, kFloatOnly>("mish"),
+      entry<Hardswish, kFloatOnly>("hardswish", {},
+                                   KILN_AVX2(unary_avx2<&cpu::avx2::hardswish>)),
+      entry<Hardsigmoid, kFloatOnly>("hardsigmoid", {},
+                                     KILN_AVX2(unary_avx2<&cpu::avx2::hardsigmoid>)),
+      entry<LeakyRelu, kFloatOnly>("leaky_relu", {A{"negative_slope", 0.01}},
+                                   KILN_AVX2(leaky_relu_avx2)),
+      entry<Elu, kFloatOnly>("elu", {A{"alpha", 1.0}, A{"scale", 1.0}, A{"input_scale", 1.0}}),
+      entry<Softplus, kFloatOnly>("softplus", {A{"beta", 1.0}, A{"threshold", 20.0}}),
+      with_check(entry<Clamp, kNumeric>("hardtanh", {A{"min_val", -1.0}, A{"max_val", 1.0}},
+                                        KILN_AVX2(clamp_avx2)),
+                 &check_bounds),
+      with_check(entry<Clamp, kNumeric>("clamp", {A{"min", -kInf}, A{"max", kInf}},
+                                        KILN_AVX2(clamp_avx2)),
+                 &check_bounds),
+      entry<Floor, kNumeric>("floor", {}, KILN_AVX2(unary_avx2<&cpu::avx2::floor>)),
+      entry<Ceil, kNumeric>("ceil", {}, KILN_AVX2(unary_avx2<&cpu::avx2::ceil>)),
+      entry<Trunc, kNumeric>("trunc", {}, KILN_AVX2(unary_avx2<&cpu::avx2::trunc>)),
+      with_check(entry<Round, kNumeric>("round", {A{"decimals", int64_t{0}}},
+                                        KILN_AVX2(round_avx2)),
+                 &check_decimals),
+      entry<IsNan, kPredicate>("isnan"),
+      entry<IsInf, kPredicate>("isinf"),
+      entry<LogicalNot, kLogical>("logical_not"),
+      // binary
+      with_check(entry<Add, kAny, 2>("add", {A{"alpha", 1.0}},
+                                     KILN_AVX2((add_avx2<&cpu::avx2::add, 1>))),
+                 &check_alpha),
+      with_check(entry<Sub, kNumeric, 2>("sub", {A{"alpha", 1.0}},
+                                         KILN_AVX2((add_avx2<&cpu::avx2::sub, -1>))),
+                 &check_alpha),
+      entry<Mul, kAny, 2>("mul", {}, KILN_AVX2(binary_avx2<&cpu::avx2::mul>)),
+      with_variant(entry<Div, kFloating, 2>("div", {}, KILN_AVX2(div_avx2)), "rounding_mode",
+                   "none"),
+      checking_divisor(
+          with_variant(entry<DivTrunc, kNumeric, 2>("div"), "rounding_mode", "trunc")),
+      checking_divisor(
+          with_variant(entry<DivFloor, kNumeric, 2>("div"), "rounding_mode", "floor")),
+      entry<Pow, kNumeric, 2>("pow", {}, KILN_AVX2(pow_avx2)),
+      entry<Maximum, kAny, 2>("maximum", {}, KILN_AVX2(binary_avx2<&cpu::avx2::maximum>)),
+      entry<Minimum, kAny, 2>("minimum", {}, KILN_AVX2(binary_avx2<&cpu::avx2::minimum>)),
+      checking_divisor(entry<Fmod, kNumeric, 2>("fmod")),
+      checking_divisor(entry<Remainder, kNumeric, 2>("remainder")),
+      entry<Comparison<std::equal_to<>>, kPredicate, 2>("eq", {},
+                                                       KILN_AVX2(compare_avx2<&cpu::avx2::eq>)),
+      entry<Comparison<std::not_equal_to<>>, kPredicate, 2>(
+          "ne", {}, KILN_AVX2(compare_avx2<&cpu::avx2::ne>)),
+      entry<Comparison<std::less<>>, kPredicate, 2>("lt", {},
+                                                   KILN_AVX2(compare_avx2<&cpu::avx2::lt>)),
+      entry<Comparison<std::less_equal<>>, kPredicate, 2>(
+          "le", {}, KILN_AVX2(compare_avx2<&cpu::avx2::le>)),
+      entry<Comparison<std::greater<>>, kPredicate, 2>("gt", {},
+                                                      KILN_AVX2(compare_avx2<&cpu::avx2::gt>)),
+      entry<Comparison<std::greater_equal<>>, kPredicate, 2>(
+          "ge", {}, KILN_AVX2(compare_avx2<&cpu::avx2::ge>)),
+      entry<LogicalAnd, kLogical, 2>("logical_and"),
+      entry<LogicalOr, kLogical, 2>("logical_or"),
+      entry<LogicalXor, kLogical, 2>("logical_xor"),
+      // ternary
+      entry<Where, kAny, 3, true>("where", {}, KILN_AVX2(where_avx2)),
+  };
+  return table;
+}
+#undef KILN_AVX2
+
+// The entry of `op` that the node's variant attribute selects, or null.
+const OpEntry* find_entry(const std::string& op, const AttrMap& attrs) {
+  for (const OpEntry& e : op_table()) {
+    if (e.name != op) continue;
+    if (e.variant_attr.empty()) return &e;
+    auto it = attrs.find(std::string(e.variant_attr));
+    const std::string* value = it == attrs.end() ? nullptr : std::get_if<std::string>(&it->second);
+    if (value && *value == e.variant) return &e;
+  }
   return nullptr;
 }
 
-// ---------------------------------------------------------------- registration
+// ---------------------------------------------------------------- dtypes of a node
 
-// Registers the op of `first`, the first table entry of its name.
-void register_unary(OpRegistry& registry, const UnaryOp& first) {
-  OpDef def;
-  def.name = std::string(first.name);
-  def.inputs = {{"x"}};
-  std::vector<std::string> variants;
-  for (const UnaryOp& u : kUnaryOps)
-    if (u.name == first.name && !u.approximate.empty()) variants.emplace_back(u.approximate);
-  if (!variants.empty()) def.attrs = {{"approximate", variants.front()}};
+// What a node reads, computes and writes.
+struct Signature {
+  std::vector<DType> compute;  // per input: the type the array function reads
+  DType result;                // the type the array function writes
+  DType output;                // the output's dtype
+};
 
-  def.infer = [variants](InferContext& ctx) {
-    const UnaryOp* entry = find_unary(ctx.op(), ctx.attrs());
-    if (!entry) {
-      std::string allowed;
-      for (const std::string& v : variants) allowed += (allowed.empty() ? "\"" : ", \"") + v + "\"";
-      ctx.fail("attribute 'approximate' is \"" + ctx.attr_string("approximate") +
-               "\"; it must be one of " + allowed);
-    }
-    check_dtype(ctx, ctx.input(0).dtype, entry->reference);
-    ctx.set_output(0, ctx.input(0));
-  };
-
-  auto numel = [](const KernelSpec& spec) { return num_elements(spec.output_sizes(0)); };
-  if (first.vector)
-    def.kernels.push_back(KernelDef{
-        "avx2", "native",
-        [](const KernelSpec& spec) {
-          return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
-        },
-        [numel](const KernelSpec& spec) {
-          cpu::UnaryArrayFn fn = find_unary(spec.node.op(), spec.node.attrs())->vector;
-          return make_kernel([fn, n = numel(spec), threads = spec.threads](
-                                 std::span<const void* const> in, std::span<void* const> out) {
-            const float* x = static_cast<const float*>(in[0]);
-            float* y = static_cast<float*>(out[0]);
-            cpu::parallel_chunks(n, 1, threads, [&](int64_t begin, int64_t end) {
-              fn(x + begin, y + begin, end - begin);
-            });
-          });
-        }});
-  def.kernels.push_back(KernelDef{
-      "reference", "native", [](const KernelSpec&) { return std::string(); },
-      [numel](const KernelSpec& spec) {
-        const UnaryOp* entry = find_unary(spec.node.op(), spec.node.attrs());
-        UnaryReferenceFn fn = entry->reference[dtype_slot(spec.inputs[0].dtype)];
-        return make_kernel([fn, n = numel(spec), threads = spec.threads](
-                               std::span<const void* const> in, std::span<void* const> out) {
-          cpu::parallel_chunks(n, 1, threads,
-                               [&](int64_t begin, int64_t end) { fn(in[0], out[0], begin, end); });
-        });
-      }});
-  registry.add(std::move(def));
+// The signature of an entry for these input types, or the reason it can't take them.
+std::string signature_of(const OpEntry& e, const std::vector<TensorType>& inputs,
+                         const std::vector<int64_t>& wrapped, Signature& sig) {
+  const size_t first_value = e.condition ? 1 : 0;
+  std::vector<PromotionOperand> operands;
+  for (size_t i = first_value; i < inputs.size(); ++i)
+    operands.push_back({inputs[i].dtype, inputs[i].rank(),
+                        std::find(wrapped.begin(), wrapped.end(), int64_t(i)) != wrapped.end()});
+  const DType promoted = result_type(operands);
+  if (!(e.rule.takes & category_of(promoted))) {
+    std::string dtypes;
+    for (const TensorType& t : inputs) dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(t.dtype));
+    return e.name == "div" ? "div with rounding_mode \"" + std::string(e.variant) + "\" takes " +
+                                 categories_string(e.rule.takes) + ", not " +
+                                 std::string(dtype_name(promoted)) + " (inputs " + dtypes + ")"
+                           : std::string(e.name) + " takes " + categories_string(e.rule.takes) +
+                                 ", not " + std::string(dtype_name(promoted)) +
+                                 (inputs.size() > 1 ? " (the promoted dtype of " + dtypes + ")" : "");
+  }
+  DType value = promoted;
+  if (e.rule.compute == Compute::FloatIfInteger && !is_floating(value)) value = DType::F32;
+  DType compute = is_floating(value) && dtype_size(value) == 2 ? DType::F32 : value;
+  if (e.rule.compute == Compute::Bool) compute = DType::Bool;
+  sig.compute.assign(inputs.size(), compute);
+  if (e.condition) sig.compute[0] = DType::Bool;
+  sig.result = e.rule.bool_result ? DType::Bool : compute;
+  sig.output = e.rule.bool_result ? DType::Bool : value;
+  return "";
 }
 
-void register_binary(OpRegistry& registry, const BinaryOp& op) {
-  OpDef def;
-  def.name = std::string(op.name);
-  def.inputs = {{"a"}, {"b"}};
-  def.infer = [&op](InferContext& ctx) {
-    const TensorType& a = ctx.input(0);
-    const TensorType& b = ctx.input(1);
-    ctx.check(a.dtype == b.dtype, "the inputs' dtypes differ (" + std::string(dtype_name(a.dtype)) +
-                                      " and " + std::string(dtype_name(b.dtype)) +
-                                      "); insert a cast so that both have the same dtype");
-    check_dtype(ctx, a.dtype, op.reference);
-    ctx.set_output(0, TensorType{a.dtype, ctx.broadcast(a.shape, b.shape), a.layout});
-  };
+const std::vector<int64_t>& wrapped_numbers(const AttrMap& attrs) {
+  static const std::vector<int64_t> none;
+  auto it = attrs.find("wrapped_numbers");
+  return it == attrs.end() ? none : std::get<std::vector<int64_t>>(it->second);
+}
 
-  auto plan_of = [](const KernelSpec& spec) {
-    return cpu::BroadcastPlan(spec.input_sizes(0), spec.input_sizes(1), spec.output_sizes(0));
+Signature signature_of(const OpEntry& e, const KernelSpec& spec) {
+  Signature sig;
+  const std::string why = signature_of(e, spec.inputs, wrapped_numbers(spec.node.attrs()), sig);
+  KILN_ASSERT(why.empty(), why);
+  return sig;
+}
+
+// ---------------------------------------------------------------- the driver
+
+// Converts n elements between dtypes: the vector cast where there is one (f16 <-> f32, ...).
+using ConvertFn = std::function<void(const void* in, void* out, int64_t n)>;
+
+ConvertFn converter(DType from, DType to) {
+  if (cpu::vector_cast_unsupported_reason(from, to).empty()) {
+    cpu::CastArrayFn fn = cpu::vector_cast(from, to);
+    return [fn](const void* in, void* out, int64_t n) { fn(in, out, n); };
+  }
+  return [from, to](const void* in, void* out, int64_t n) {
+    cpu::cast_reference(from, to, in, out, 0, n);
   };
-  if (op.vector)
+}
+
+// Elements per block when inputs or the output go through a conversion: small enough that the
+// blocks of every operand stay in L1.
+constexpr int64_t kBlock = 256;
+
+class ElementwiseKernel final : public KernelInstance {
+ public:
+  ElementwiseKernel(const KernelSpec& spec, const OpEntry& e, const Signature& sig, ArrayFn fn)
+      : node_name_(spec.node.name()),
+        op_(spec.node.op()),
+        plan_(input_sizes(spec), spec.output_sizes(0)),
+        sig_(sig),
+        fn_(std::move(fn)),
+        threads_(spec.threads),
+        checks_divisor_(e.checks_divisor && !is_floating(sig.compute[1])) {
+    for (size_t k = 0; k < spec.inputs.size(); ++k) {
+      stored_.push_back(spec.inputs[k].dtype);
+      numel_.push_back(num_elements(spec.input_sizes(k)));
+      to_compute_.push_back(stored_[k] == sig.compute[k] ? ConvertFn()
+                                                         : converter(stored_[k], sig.compute[k]));
+    }
+    if (sig.result != sig.output) to_output_ = converter(sig.result, sig.output);
+  }
+
+  void run(std::span<const void* const> in, std::span<void* const> out, void*) const override {
+    if (plan_.numel() == 0) return;
+    const size_t n_in = stored_.size();
+    // Inputs in the computing types. A single element (a Python number, a rank-0 tensor) of
+    // another dtype is converted once here, which keeps the vector kernels for `x * 0.5`.
+    std::array<const std::byte*, cpu::BroadcastPlan::kMaxInputs> data{};
+    std::array<uint64_t, cpu::BroadcastPlan::kMaxInputs> single{};
+    std::array<bool, cpu::BroadcastPlan::kMaxInputs> convert{};
+    std::array<size_t, cpu::BroadcastPlan::kMaxInputs> size{};
+    for (size_t k = 0; k < n_in; ++k) {
+      data[k] = static_cast<const std::byte*>(in[k]);
+      convert[k] = static_cast<bool>(to_compute_[k]);
+      if (convert[k] && numel_[k] == 1) {
+        to_compute_[k](in[k], &single[k], 1);
+        data[k] = reinterpret_cast<const std::byte*>(&single[k]);
+        convert[k] = false;
+      }
+      size[k] = dtype_size(convert[k] ? stored_[k] : sig_.compute[k]);
+    }
+    if (checks_divisor_) check_divisor(data[1], convert[1]);
+    const bool blocked = to_output_ || std::any_of(convert.begin(), convert.end(), std::identity());
+    const size_t out_size = dtype_size(sig_.output);
+    std::byte* y = static_cast<std::byte*>(out[0]);
+
+    cpu::parallel_chunks(plan_.numel(), 1, threads_, [&](int64_t begin, int64_t end) {
+      // Per-thread blocks for converted inputs and a converted result.
+      alignas(64) std::byte buffers[cpu::BroadcastPlan::kMaxInputs + 1][kBlock * 8];
+      plan_.for_each_run_n(begin, end, [&](int64_t o, const int64_t* offsets, int64_t count,
+                                           const int64_t* steps) {
+        std::array<const void*, cpu::BroadcastPlan::kMaxInputs> x{};
+        for (int64_t done = 0; done < count;) {
+          const int64_t n = blocked ? std::min(kBlock, count - done) : count;
+          for (size_t k = 0; k < n_in; ++k) {
+            const std::byte* p = data[k] + (offsets[k] + done * steps[k]) * size[k];
+            if (convert[k]) {
+              to_compute_[k](p, buffers[k], steps[k] ? n : 1);
+              p = buffers[k];
+            }
+            x[k] = p;
+          }
+          std::byte* target = y + (o + done) * out_size;
+          if (to_output_) {
+            fn_(x.data(), steps, buffers[n_in], n);
+            to_output_(buffers[n_in], target, n);
+          } else {
+            fn_(x.data(), steps, target, n);
+          }
+          done += n;
+        }
+      });
+    });
+  }
+
+ private:
+  static std::vector<std::vector<int64_t>> input_sizes(const KernelSpec& spec) {
+    std::vector<std::vector<int64_t>> sizes;
+    for (size_t k = 0; k < spec.inputs.size(); ++k) sizes.push_back(spec.input_sizes(k));
+    return sizes;
+  }
+
+  // PyTorch raises ZeroDivisionError for an integer division by zero; x86 would trap. Runs
+  // before the parallel loop, which can't carry an exception.
+  void check_divisor(const std::byte* divisor, bool convert) const {
+    const DType compute = sig_.compute[1];
+    const size_t size = dtype_size(convert ? stored_[1] : compute);
+    alignas(64) std::byte buffer[kBlock * 8];
+    for (int64_t begin = 0; begin < numel_[1]; begin += kBlock) {
+      const int64_t count = std::min(kBlock, numel_[1] - begin);
+      const void* values = divisor + begin * size;
+      if (convert) {
+        to_compute_[1](values, buffer, count);
+        values = buffer;
+      }
+      const bool zero = cpu::dispatch_dtype(compute, [&](auto z) {
+        using T = decltype(z);
+        const T* v = static_cast<const T*>(values);
+        if constexpr (kIsInteger<T>) return std::find(v, v + count, T(0)) != v + count;
+        else return false;
+      });
+      if (zero)
+        throw_error(ErrorCode::ShapeInference, "node '", node_name_, "' (", op_,
+                    "): integer division by zero: input b holds 0 (as ", dtype_name(compute),
+                    "), which has no integer quotient or remainder; PyTorch raises "
+                    "ZeroDivisionError here. Check the divisors fed to this node.");
+    }
+  }
+
+  std::string node_name_, op_;
+  cpu::BroadcastPlan plan_;
+  Signature sig_;
+  ArrayFn fn_;
+  int threads_;
+  bool checks_divisor_;
+  std::vector<DType> stored_;
+  std::vector<int64_t> numel_;
+  std::vector<ConvertFn> to_compute_;  // empty where an input is already in its computing type
+  ConvertFn to_output_;                // empty when the result type is the output's
+};
+
+// ---------------------------------------------------------------- registration
+
+void infer(InferContext& ctx) {
+  const OpEntry* e = find_entry(ctx.op(), ctx.attrs());
+  if (!e) {
+    std::string allowed, attr;
+    for (const OpEntry& other : op_table())
+      if (other.name == ctx.op()) {
+        attr = other.variant_attr;
+        allowed += (allowed.empty() ? "\"" : ", \"") + std::string(other.variant) + "\"";
+      }
+    ctx.fail("attribute '" + attr + "' is \"" + ctx.attr_string(attr) + "\"; it must be one of " +
+             allowed);
+  }
+  const std::vector<int64_t>& wrapped = wrapped_numbers(ctx.attrs());
+  for (int64_t i : wrapped) {
+    ctx.check(i >= (e->condition ? 1 : 0) && i < static_cast<int64_t>(ctx.num_inputs()),
+              "wrapped_numbers lists input " + std::to_string(i) +
+                  ", which is not a value input of " + ctx.op());
+    ctx.check(ctx.input(i).rank() == 0, "wrapped_numbers lists input " + std::to_string(i) +
+                                            ", which has rank " +
+                                            std::to_string(ctx.input(i).rank()) +
+                                            "; a Python number is a rank-0 tensor");
+  }
+  if (e->condition)
+    ctx.check(ctx.input(0).dtype == DType::Bool || ctx.input(0).dtype == DType::U8,
+              "the condition must be bool (or u8), not " +
+                  std::string(dtype_name(ctx.input(0).dtype)));
+  std::vector<TensorType> inputs;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
+  Signature sig;
+  const std::string why = signature_of(*e, inputs, wrapped, sig);
+  ctx.check(why.empty(), why + "; insert a cast");
+  if (e->check) e->check(ctx, sig.compute.back());
+  Shape shape = inputs[0].shape;
+  for (size_t i = 1; i < inputs.size(); ++i) shape = ctx.broadcast(shape, inputs[i].shape);
+  ctx.set_output(0, TensorType{sig.output, shape, inputs[0].layout});
+}
+
+void register_op(OpRegistry& registry, const OpEntry& first) {
+  OpDef def;
+  def.name = std::string(first.name);
+  if (first.arity == 1) def.inputs = {{"x"}};
+  else if (first.condition) def.inputs = {{"condition"}, {"a"}, {"b"}};
+  else def.inputs = {{"a"}, {"b"}};
+  def.attrs = first.attrs;
+  if (!first.variant_attr.empty())
+    def.attrs.push_back({std::string(first.variant_attr), std::string(first.variant)});
+  if (first.arity > 1) def.attrs.push_back({"wrapped_numbers", std::vector<int64_t>{}});
+  def.infer = &infer;
+
+  bool has_vector = false;
+  for (const OpEntry& e : op_table()) has_vector |= e.name == first.name && e.vector;
+  if (has_vector)
     def.kernels.push_back(KernelDef{
         "avx2", "native",
-        [](const KernelSpec& spec) {
-          return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+        [](const KernelSpec& spec) -> std::string {
+          const OpEntry& e = *find_entry(spec.node.op(), spec.node.attrs());
+          const Signature sig = signature_of(e, spec);
+          std::string why = cpu::avx2_f32_unsupported_reason(sig.compute.back());
+          if (why.empty() && (!e.vector || !e.vector(spec)))
+            why = "no AVX2 kernel for these attributes or inputs";
+          return why;
         },
-        [&op, plan_of](const KernelSpec& spec) {
-          return make_kernel([fn = op.vector, plan = plan_of(spec), threads = spec.threads](
-                                 std::span<const void* const> in, std::span<void* const> out) {
-            const float* a = static_cast<const float*>(in[0]);
-            const float* b = static_cast<const float*>(in[1]);
-            float* y = static_cast<float*>(out[0]);
-            cpu::parallel_chunks(plan.numel(), 1, threads, [&](int64_t begin, int64_t end) {
-              plan.for_each_run(begin, end, [&](int64_t o, int64_t ia, int64_t ib, int64_t n,
-                                                int64_t sa, int64_t sb) {
-                fn(a + ia, sa, b + ib, sb, y + o, n);
-              });
-            });
-          });
+        [](const KernelSpec& spec) -> std::unique_ptr<KernelInstance> {
+          const OpEntry& e = *find_entry(spec.node.op(), spec.node.attrs());
+          return std::make_unique<ElementwiseKernel>(spec, e, signature_of(e, spec), e.vector(spec));
         }});
   def.kernels.push_back(KernelDef{
       "reference", "native", [](const KernelSpec&) { return std::string(); },
-      [&op, plan_of](const KernelSpec& spec) {
-        BinaryReferenceFn fn = op.reference[dtype_slot(spec.inputs[0].dtype)];
-        return make_kernel([fn, plan = plan_of(spec), threads = spec.threads](
-                               std::span<const void* const> in, std::span<void* const> out) {
-          cpu::parallel_chunks(plan.numel(), 1, threads, [&](int64_t begin, int64_t end) {
-            fn(plan, in[0], in[1], out[0], begin, end);
-          });
-        });
+      [](const KernelSpec& spec) -> std::unique_ptr<KernelInstance> {
+        const OpEntry& e = *find_entry(spec.node.op(), spec.node.attrs());
+        const Signature sig = signature_of(e, spec);
+        return std::make_unique<ElementwiseKernel>(spec, e, sig,
+                                                   e.reference(spec.node, sig.compute.back()));
       }});
   registry.add(std::move(def));
 }
@@ -333,13 +1074,12 @@ void register_binary(OpRegistry& registry, const BinaryOp& op) {
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& registry) {
-  for (const BinaryOp& op : kBinaryOps) register_binary(registry, op);
-  // One op per name; gelu's entries differ by attribute.
+  // One op per name; the entries of gelu and div differ by attribute.
   std::vector<std::string_view> done;
-  for (const UnaryOp& u : kUnaryOps) {
-    if (std::find(done.begin(), done.end(), u.name) != done.end()) continue;
-    done.push_back(u.name);
-    register_unary(registry, u);
+  for (const OpEntry& e : op_table()) {
+    if (std::find(done.begin(), done.end(), e.name) != done.end()) continue;
+    done.push_back(e.name);
+    register_op(registry, e);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include "frontend/converter.h"
 #include "kiln/kiln.h"
+#include "ops_test_util.h"
 
 namespace kiln {
 namespace {
@@ -26,15 +27,7 @@ const char* kLinearRelu = R"({
   "outputs": [{"ref": "relu"}]
 })";
 
-ErrorCode code_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no kiln::Error thrown";
-  return ErrorCode::InvalidArgument;
-}
+ErrorCode code_of(const std::function<void()>& fn) { return test::error_code_of(fn); }
 
 TEST(Frontend, ImportsAndRunsLinearRelu) {
   float w[12], b[3] = {0.5f, -1.f, 0.f}, x[8];

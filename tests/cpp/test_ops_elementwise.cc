@@ -1,8 +1,11 @@
-// Elementwise ops: type inference (broadcasting, symbolic dims, dtype rules), the reference
-// kernels against hand-computed values, and the AVX2 kernels against the reference kernels.
+// Elementwise ops: type inference (broadcasting, symbolic dims, PyTorch's type promotion), the
+// reference kernels against hand-computed values, the AVX2 kernels against the reference
+// kernels, and every op through the executor.
 #include <cmath>
 #include <cstdio>
+#include <set>
 
+#include "ops/type_promotion.h"
 #include "ops_test_util.h"
 
 namespace kiln {
@@ -14,36 +17,149 @@ using test::type_of;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// A tensor of any dtype from values given as T.
+template <typename T>
+Tensor tensor_from(const std::vector<int64_t>& sizes, const std::vector<T>& values) {
+  Tensor t = Tensor::empty(DTypeOf<T>::value, sizes);
+  KILN_ASSERT(static_cast<int64_t>(values.size()) == t.numel());
+  for (size_t i = 0; i < values.size(); ++i) t.data<T>()[i] = values[i];
+  return t;
+}
+
+// Runs one kernel on a node whose inputs `constants` marks as graph constants (a kernel may
+// specialize on them, as pow's AVX2 kernel does on its exponent).
+Tensor run_with_constants(const Node& node, const std::string& kernel,
+                          const std::vector<Tensor>& inputs, const std::vector<bool>& constants,
+                          int threads = 1) {
+  KernelSpec spec = test::spec_of(node, threads);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (constants[i]) spec.constant_inputs[i] = &inputs[i];
+  const KernelDef& def = test::kernel_of(node.op(), kernel);
+  KILN_ASSERT(def.unsupported_reason(spec).empty(), def.unsupported_reason(spec));
+  std::unique_ptr<KernelInstance> instance = def.create(spec);
+  std::vector<const void*> in;
+  for (const Tensor& t : inputs) in.push_back(t.data());
+  Tensor out = Tensor::empty(spec.outputs[0].dtype, spec.output_sizes(0));
+  void* out_ptr = out.data();
+  instance->run(in, std::span<void* const>(&out_ptr, 1), nullptr);
+  return out;
+}
+
+AttrMap wrapped(std::vector<int64_t> inputs) { return {{"wrapped_numbers", std::move(inputs)}}; }
+
+// ---------------------------------------------------------------- the ULP cases
+
 // The largest ULP error each AVX2 f32 kernel may have against the reference kernel (which
 // computes in double, so it is within half an ULP of the true value). docs/ops.md lists them.
 struct UnaryCase {
   std::string op;
   AttrMap attrs;
   int64_t max_ulp;  // 0: bit for bit
+  bool sweep;       // measured over all exponents (transcendental functions)
 };
 const std::vector<UnaryCase>& unary_cases() {
   static const std::vector<UnaryCase> cases = {
-      {"relu", {}, 0},
-      {"neg", {}, 0},
-      {"sqrt", {}, 0},
-      {"rsqrt", {}, 1},
-      {"exp", {}, 1},
-      {"sigmoid", {}, 2},
-      {"tanh", {}, 1},
-      {"gelu", {{"approximate", std::string("none")}}, 4},
-      {"gelu", {{"approximate", std::string("tanh")}}, 3},
+      {"relu", {}, 0, false},
+      {"neg", {}, 0, false},
+      {"abs", {}, 0, false},
+      {"floor", {}, 0, false},
+      {"ceil", {}, 0, false},
+      {"trunc", {}, 0, false},
+      {"round", {}, 0, false},
+      {"reciprocal", {}, 0, false},
+      {"sqrt", {}, 0, false},
+      {"rsqrt", {}, 1, true},
+      {"exp", {}, 1, true},
+      {"log", {}, 1, true},
+      {"erf", {}, 1, true},
+      {"sigmoid", {}, 2, true},
+      {"silu", {}, 3, true},
+      {"tanh", {}, 1, true},
+      {"gelu", {{"approximate", std::string("none")}}, 4, true},
+      {"gelu", {{"approximate", std::string("tanh")}}, 3, true},
+      {"hardswish", {}, 0, false},
+      {"hardsigmoid", {}, 0, false},
+      {"leaky_relu", {{"negative_slope", 0.2}}, 0, false},
+      {"hardtanh", {{"min_val", -2.0}, {"max_val", 3.5}}, 0, false},
+      {"clamp", {{"min", 0.0}}, 0, false},
+      {"clamp", {{"min", -1.5}, {"max", 6.0}}, 0, false},
   };
   return cases;
 }
 
 std::string case_name(const UnaryCase& c) {
-  auto it = c.attrs.find("approximate");
-  return it == c.attrs.end() ? c.op : c.op + "(" + std::get<std::string>(it->second) + ")";
+  std::string name = c.op;
+  for (const auto& [key, value] : c.attrs) {
+    name += " " + key + "=";
+    if (auto s = std::get_if<std::string>(&value)) name += *s;
+    else if (auto d = std::get_if<double>(&value)) name += std::to_string(*d);
+  }
+  return name;
 }
 
 bool avx2_available() {
   OneNode n("add", {type_of(DType::F32, {1}), type_of(DType::F32, {1})});
   return test::has_kernel("add", "avx2") && test::unsupported_reason(*n.node, "avx2").empty();
+}
+
+// ---------------------------------------------------------------- type promotion
+
+TEST(OpsElementwise, PromoteTypesMatchesTorch) {
+  // torch.promote_types(row, column), columns in the order of the rows.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> table = {
+      {"f32", {"f32", "f32", "f32", "f64", "f32", "f32", "f32", "f32", "f32", "f32"}},
+      {"f16", {"f32", "f16", "f32", "f64", "f16", "f16", "f16", "f16", "f16", "f16"}},
+      {"bf16", {"f32", "f32", "bf16", "f64", "bf16", "bf16", "bf16", "bf16", "bf16", "bf16"}},
+      {"f64", {"f64", "f64", "f64", "f64", "f64", "f64", "f64", "f64", "f64", "f64"}},
+      {"i64", {"f32", "f16", "bf16", "f64", "i64", "i64", "i64", "i64", "i64", "i64"}},
+      {"i32", {"f32", "f16", "bf16", "f64", "i64", "i32", "i32", "i32", "i32", "i32"}},
+      {"i16", {"f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i16", "i16", "i16"}},
+      {"i8", {"f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i8", "i16", "i8"}},
+      {"u8", {"f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i16", "u8", "u8"}},
+      {"bool", {"f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i8", "u8", "bool"}},
+  };
+  for (const auto& [row, results] : table)
+    for (size_t j = 0; j < table.size(); ++j)
+      EXPECT_EQ(dtype_name(promote_types(*parse_dtype(row), *parse_dtype(table[j].first))),
+                results[j])
+          << row << " with " << table[j].first;
+}
+
+TEST(OpsElementwise, ResultTypeMatchesTorchForRanksAndWrappedNumbers) {
+  // {dtype, rank, wrapped number}: the expected results are torch.result_type's.
+  struct Case {
+    PromotionOperand a, b;
+    DType expected;
+  };
+  const Case cases[] = {
+      {{DType::I32, 1, false}, {DType::F64, 0, true}, DType::F32},
+      {{DType::I32, 1, false}, {DType::I64, 0, true}, DType::I32},
+      {{DType::U8, 1, false}, {DType::I64, 0, true}, DType::U8},
+      {{DType::Bool, 1, false}, {DType::I64, 0, true}, DType::I64},
+      {{DType::Bool, 1, false}, {DType::F64, 0, true}, DType::F32},
+      {{DType::Bool, 1, false}, {DType::Bool, 0, true}, DType::Bool},
+      {{DType::F16, 1, false}, {DType::F64, 0, true}, DType::F16},
+      {{DType::F16, 1, false}, {DType::F64, 0, false}, DType::F16},
+      {{DType::I32, 1, false}, {DType::I64, 0, false}, DType::I32},
+      {{DType::I32, 1, false}, {DType::F64, 0, false}, DType::F64},
+      {{DType::I32, 0, false}, {DType::F16, 0, false}, DType::F16},
+      {{DType::I32, 0, false}, {DType::F64, 0, true}, DType::F32},
+      {{DType::U8, 1, false}, {DType::I8, 0, false}, DType::U8},
+      {{DType::Bool, 1, false}, {DType::I8, 0, false}, DType::I8},
+      {{DType::I64, 0, true}, {DType::F64, 0, true}, DType::F32},
+      {{DType::I64, 0, true}, {DType::I64, 0, true}, DType::I64},
+      {{DType::Bool, 0, false}, {DType::I64, 0, true}, DType::I64},
+      {{DType::F64, 0, false}, {DType::F32, 1, false}, DType::F32},
+      {{DType::I8, 0, false}, {DType::U8, 1, false}, DType::U8},
+      {{DType::BF16, 1, false}, {DType::F16, 0, false}, DType::BF16},
+  };
+  for (const Case& c : cases) {
+    const PromotionOperand ops[] = {c.a, c.b};
+    EXPECT_EQ(result_type(ops), c.expected)
+        << dtype_name(c.a.dtype) << " rank " << c.a.rank << (c.a.wrapped_number ? " wrapped" : "")
+        << " with " << dtype_name(c.b.dtype) << " rank " << c.b.rank
+        << (c.b.wrapped_number ? " wrapped" : "");
+  }
 }
 
 // ---------------------------------------------------------------- type inference
@@ -58,6 +174,8 @@ TEST(OpsElementwise, BroadcastingShapes) {
   Value* z = g.add_input("z", type_of(DType::F32, {0, 4}));
   EXPECT_EQ(g.add("sub", {z, g.add_input("r", type_of(DType::F32, {4}))})->type(),
             type_of(DType::F32, {0, 4}));
+  Value* c = g.add_input("c", type_of(DType::Bool, {5, 1, 1, 1}));
+  EXPECT_EQ(g.add("where", {c, a, b})->type(), type_of(DType::F32, {5, 2, 3, 4}));
 }
 
 TEST(OpsElementwise, IncompatibleShapesAreE40002WithTheShapes) {
@@ -70,37 +188,134 @@ TEST(OpsElementwise, IncompatibleShapesAreE40002WithTheShapes) {
   EXPECT_NE(message.find("[2, 3]"), std::string::npos) << message;
   EXPECT_NE(message.find("[4, 3]"), std::string::npos) << message;
   EXPECT_NE(message.find("sum"), std::string::npos) << message;
+  Value* c = g.add_input("c", type_of(DType::Bool, {5}));
+  EXPECT_EQ(test::error_code_of([&] { g.add("where", {c, a, a}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("[5]"), std::string::npos) << message;
 }
 
-TEST(OpsElementwise, MixedDTypesAreE40002AskingForACast) {
+// Output dtypes as PyTorch computes them.
+TEST(OpsElementwise, OutputDTypesFollowPyTorch) {
+  struct Case {
+    std::string op;
+    std::vector<DType> inputs;
+    DType expected;
+    AttrMap attrs = {};
+  };
+  const Case cases[] = {
+      {"add", {DType::I32, DType::F32}, DType::F32},
+      {"mul", {DType::U8, DType::I8}, DType::I16},
+      {"add", {DType::Bool, DType::Bool}, DType::Bool},
+      {"sub", {DType::F16, DType::BF16}, DType::F32},
+      {"div", {DType::I32, DType::I32}, DType::F32},
+      {"div", {DType::I32, DType::I64}, DType::I64, {{"rounding_mode", std::string("floor")}}},
+      {"div", {DType::U8, DType::U8}, DType::U8, {{"rounding_mode", std::string("trunc")}}},
+      {"pow", {DType::I32, DType::F32}, DType::F32},
+      {"remainder", {DType::I8, DType::I8}, DType::I8},
+      {"maximum", {DType::Bool, DType::Bool}, DType::Bool},
+      {"eq", {DType::F32, DType::I64}, DType::Bool},
+      {"lt", {DType::Bool, DType::F16}, DType::Bool},
+      {"logical_xor", {DType::F32, DType::I32}, DType::Bool},
+      {"exp", {DType::I64}, DType::F32},
+      {"log", {DType::Bool}, DType::F32},
+      {"sigmoid", {DType::F16}, DType::F16},
+      {"reciprocal", {DType::U8}, DType::F32},
+      {"abs", {DType::I8}, DType::I8},
+      {"sign", {DType::Bool}, DType::Bool},
+      {"floor", {DType::I32}, DType::I32},
+      {"clamp", {DType::U8}, DType::U8},
+      {"hardtanh", {DType::I64}, DType::I64},
+      {"silu", {DType::BF16}, DType::BF16},
+      {"isnan", {DType::I32}, DType::Bool},
+      {"logical_not", {DType::F64}, DType::Bool},
+      {"where", {DType::Bool, DType::I32, DType::F64}, DType::F64},
+      {"where", {DType::U8, DType::I8, DType::U8}, DType::I16},
+  };
+  for (const Case& c : cases) {
+    std::vector<TensorType> types;
+    for (DType d : c.inputs) types.push_back(type_of(d, {3}));
+    OneNode node(c.op, types, c.attrs);
+    EXPECT_EQ(dtype_name(node.output_type().dtype), dtype_name(c.expected)) << c.op;
+  }
+}
+
+TEST(OpsElementwise, WrappedNumbersPromoteByCategoryOnly) {
   Graph g;
-  Value* a = g.add_input("a", type_of(DType::F32, {2}));
-  Value* b = g.add_input("b", type_of(DType::I64, {2}));
+  Value* i = g.add_input("i", type_of(DType::I32, {4}));
+  Value* h = g.add_input("h", type_of(DType::F16, {4}));
+  Value* b = g.add_input("b", type_of(DType::Bool, {4}));
+  Value* half = g.add_constant("half", tensor_from<double>({}, {0.5}));
+  Value* two = g.add_constant("two", tensor_from<int64_t>({}, {2}));
+  // A Python float makes an int tensor f32 (not f64); a rank-0 f64 tensor makes it f64.
+  EXPECT_EQ(g.add("mul", {i, half}, wrapped({1}))->type().dtype, DType::F32);
+  EXPECT_EQ(g.add("mul", {i, half})->type().dtype, DType::F64);
+  // Neither widens an f16 tensor.
+  EXPECT_EQ(g.add("add", {h, half}, wrapped({1}))->type().dtype, DType::F16);
+  EXPECT_EQ(g.add("add", {half, h}, wrapped({0}))->type().dtype, DType::F16);
+  // A Python int keeps i32; against bool it is i64, as torch's bool_tensor + 2.
+  EXPECT_EQ(g.add("sub", {i, two}, wrapped({1}))->type().dtype, DType::I32);
+  EXPECT_EQ(g.add("add", {b, two}, wrapped({1}))->type().dtype, DType::I64);
+  EXPECT_EQ(g.add("where", {b, i, half}, wrapped({2}))->type().dtype, DType::F32);
+  EXPECT_EQ(g.add("pow", {half, i}, wrapped({0}))->type().dtype, DType::F32);
+}
+
+TEST(OpsElementwise, BadWrappedNumbersAreE40002) {
+  Graph g;
+  Value* x = g.add_input("x", type_of(DType::F32, {4}));
+  Value* c = g.add_input("c", type_of(DType::Bool, {4}));
+  Value* s = g.add_constant("s", tensor_from<double>({}, {0.5}));
   std::string message;
-  EXPECT_EQ(test::error_code_of([&] { g.add("mul", {a, b}); }, &message),
+  EXPECT_EQ(test::error_code_of([&] { g.add("add", {x, s}, wrapped({2})); }, &message),
             ErrorCode::ShapeInference);
-  EXPECT_NE(message.find("f32 and i64"), std::string::npos) << message;
-  EXPECT_NE(message.find("cast"), std::string::npos) << message;
+  EXPECT_NE(message.find("input 2"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("add", {x, s}, wrapped({0})); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("where", {c, x, s}, wrapped({0})); }),
+            ErrorCode::ShapeInference);
 }
 
 TEST(OpsElementwise, UnsupportedDTypesAndAttributesAreE40002) {
   Graph g;
   Value* i = g.add_input("i", type_of(DType::I32, {2}));
-  Value* h = g.add_input("h", type_of(DType::F16, {2}));
+  Value* u = g.add_input("u", type_of(DType::U8, {2}));
+  Value* b = g.add_input("b", type_of(DType::Bool, {2}));
   Value* f = g.add_input("f", type_of(DType::F32, {2}));
   std::string message;
-  EXPECT_EQ(test::error_code_of([&] { g.add("div", {i, i}); }, &message),
+  EXPECT_EQ(test::error_code_of([&] { g.add("silu", {i}); }, &message), ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("silu takes floating dtypes, not i32"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("sub", {b, b}); }, &message),
             ErrorCode::ShapeInference);
-  EXPECT_NE(message.find("takes f32, f64"), std::string::npos) << message;
-  EXPECT_EQ(test::error_code_of([&] { g.add("exp", {i}); }), ErrorCode::ShapeInference);
-  EXPECT_EQ(test::error_code_of([&] { g.add("add", {h, h}); }), ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("not bool"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("relu", {b}); }), ErrorCode::ShapeInference);
+  EXPECT_EQ(test::error_code_of([&] { g.add("where", {f, f, f}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("condition must be bool"), std::string::npos) << message;
   EXPECT_EQ(test::error_code_of(
                 [&] { g.add("gelu", {f}, {{"approximate", std::string("erf")}}); }, &message),
             ErrorCode::ShapeInference);
   EXPECT_NE(message.find("\"none\", \"tanh\""), std::string::npos) << message;
-  // Integers take the ops defined on them.
-  EXPECT_EQ(g.add("relu", {g.add("add", {i, i})})->type(), type_of(DType::I32, {2}));
+  EXPECT_EQ(test::error_code_of(
+                [&] { g.add("div", {f, f}, {{"rounding_mode", std::string("round")}}); },
+                &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("\"none\", \"trunc\", \"floor\""), std::string::npos) << message;
+  // Bounds must fit an integer dtype, as PyTorch's Scalar conversion.
+  EXPECT_EQ(test::error_code_of([&] { g.add("clamp", {u}, {{"max", 300.0}}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("300 is outside the range of u8"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("clamp", {i}, {{"min", double(kNaN)}}); }),
+            ErrorCode::ShapeInference);
+  EXPECT_EQ(test::error_code_of([&] { g.add("round", {i}, {{"decimals", int64_t{2}}}); }),
+            ErrorCode::ShapeInference);
+  // alpha must be an integer for integers (PyTorch's rule), 0 or 1 for bool.
+  EXPECT_EQ(test::error_code_of([&] { g.add("add", {i, i}, {{"alpha", 2.5}}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("alpha"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("add", {b, b}, {{"alpha", 2.0}}); }),
+            ErrorCode::ShapeInference);
   EXPECT_EQ(g.add("gelu", {f})->producer()->attr_string("approximate"), "none");
+  EXPECT_EQ(g.add("div", {i, i})->producer()->attr_string("rounding_mode"), "none");
 }
 
 TEST(OpsElementwise, SymbolicDimsPropagate) {
@@ -111,9 +326,13 @@ TEST(OpsElementwise, SymbolicDimsPropagate) {
   Value* col = g.add_input("col", TensorType{DType::F32, {batch, Dim(1)}});
   Value* y = g.add("gelu", {g.add("add", {x, bias})}, {{"approximate", std::string("tanh")}});
   Value* z = g.add("mul", {y, col});
-  g.set_outputs({z});
+  Value* mask = g.add("gt", {z, bias});
+  Value* w = g.add("where", {mask, z, g.add("silu", {col})});
+  g.set_outputs({w});
   EXPECT_EQ(y->type().shape, (Shape{batch, Dim(8)}));
   EXPECT_EQ(z->type().shape, (Shape{batch, Dim(8)}));
+  EXPECT_EQ(mask->type(), (TensorType{DType::Bool, {batch, Dim(8)}}));
+  EXPECT_EQ(w->type().shape, (Shape{batch, Dim(8)}));
   // A symbol against 1 broadcasts to the symbol; against a static size it takes that size.
   Value* row = g.add_input("row", type_of(DType::F32, {1, 5}));
   EXPECT_EQ(g.add("sub", {col, row})->type().shape, (Shape{batch, Dim(5)}));
@@ -144,19 +363,152 @@ TEST(OpsElementwise, ReferenceUnaryMatchesHandComputedValues) {
   // Expected values: the exact results rounded to f32 (mpmath at 50 digits).
   expect_unary_reference("relu", {}, {-2, 3, -0.0f, kNaN, -kInf}, {0, 3, -0.0f, kNaN, 0});
   expect_unary_reference("neg", {}, {-2, 3, 0, kInf}, {2, -3, -0.0f, -kInf});
+  expect_unary_reference("abs", {}, {-2, 3, -0.0f, -kInf}, {2, 3, 0, kInf});
+  expect_unary_reference("sign", {}, {-2, 3, -0.0f, kNaN, -kInf}, {-1, 1, 0, 0, -1});
   expect_unary_reference("exp", {}, {0, 1, -1, 88.8f, -104, kNaN},
                          {1, 2.71828175f, 0.36787945f, kInf, 0, kNaN});
+  expect_unary_reference("expm1", {}, {1e-10f, 1, -kInf}, {1e-10f, 1.71828187f, -1});
+  expect_unary_reference("log", {}, {1, 2, 0, -1, kInf, 1e-45f},
+                         {0, 0.693147182f, -kInf, kNaN, kInf, -103.278931f});
+  expect_unary_reference("log1p", {}, {1e-10f, 1, -1}, {1e-10f, 0.693147182f, -kInf});
+  expect_unary_reference("log2", {}, {8, 3, 0}, {3, 1.58496249f, -kInf});
+  expect_unary_reference("sin", {}, {1, -0.0f, kInf}, {0.841470957f, -0.0f, kNaN});
+  expect_unary_reference("cos", {}, {1, 0}, {0.540302277f, 1});
+  expect_unary_reference("reciprocal", {}, {4, -0.0f, 3}, {0.25f, -kInf, 0.333333343f});
   expect_unary_reference("sigmoid", {}, {0, 2, -2, -100, kInf, -kInf},
                          {0.5f, 0.880797088f, 0.119202919f, 3.78350585e-44f, 1, 0});
   expect_unary_reference("tanh", {}, {0.5f, -1, 20, -0.0f},
                          {0.462117165f, -0.761594176f, 1, -0.0f});
+  expect_unary_reference("erf", {}, {0.5f, -1, 4, -0.0f, -kInf},
+                         {0.520499885f, -0.842700779f, 1, -0.0f, -1});
   expect_unary_reference("gelu", {}, {1, -1, 2, -5, 0, kInf, -kInf},
                          {0.841344774f, -0.158655256f, 1.95449972f, -1.43325781e-06f, 0, kInf,
                           kNaN});
   expect_unary_reference("gelu", {{"approximate", std::string("tanh")}}, {1, -1, -5},
                          {0.841192007f, -0.158808008f, -2.29179619e-07f});
+  expect_unary_reference("silu", {}, {1, -1, -100, kInf, -kInf},
+                         {0.731058598f, -0.268941432f, -3.72044742e-42f, kInf, kNaN});
+  expect_unary_reference("mish", {}, {1, -1, 30}, {0.865098417f, -0.30340147f, 30});
+  expect_unary_reference("hardswish", {}, {1, -3, 4, -1, kNaN},
+                         {0.666666687f, -0.0f, 4, -0.333333343f, kNaN});
+  expect_unary_reference("hardsigmoid", {}, {1, -4, 4, kNaN}, {0.666666687f, 0, 1, kNaN});
+  expect_unary_reference("leaky_relu", {}, {2, -2, -0.0f, kNaN}, {2, -0.0199999996f, -0.0f, kNaN});
+  expect_unary_reference("leaky_relu", {{"negative_slope", 0.2}}, {-1}, {-0.200000003f});
+  expect_unary_reference("elu", {}, {2, -1, -kInf}, {2, -0.632120550f, -1});
+  expect_unary_reference("elu", {{"alpha", 2.0}, {"scale", 3.0}, {"input_scale", 0.5}}, {2, -1},
+                         {6, -2.36081600f});
+  expect_unary_reference("softplus", {}, {0, 30, -20}, {0.693147182f, 30, 2.06115369e-09f});
+  expect_unary_reference("softplus", {{"beta", 2.0}, {"threshold", 4.0}}, {1, 3},
+                         {1.06346405f, 3});
+  expect_unary_reference("hardtanh", {}, {-2, 0.5f, 2, -0.0f, kNaN}, {-1, 0.5f, 1, -0.0f, kNaN});
+  expect_unary_reference("clamp", {{"min", 0.0}}, {-2, 5, -0.0f, kNaN}, {0, 5, -0.0f, kNaN});
+  expect_unary_reference("clamp", {{"min", 2.0}, {"max", 1.0}}, {0, 5}, {1, 1});
+  expect_unary_reference("clamp", {{"max", double(kNaN)}}, {0}, {kNaN});
+  expect_unary_reference("floor", {}, {-0.5f, 2.5f, -0.0f}, {-1, 2, -0.0f});
+  expect_unary_reference("ceil", {}, {-0.5f, 2.5f}, {-0.0f, 3});
+  expect_unary_reference("trunc", {}, {-1.5f, 2.5f}, {-1, 2});
+  expect_unary_reference("round", {}, {0.5f, 1.5f, 2.5f, -0.5f, -2.6f, 8388609},
+                         {0, 2, 2, -0.0f, -3, 8388609});
+  expect_unary_reference("round", {{"decimals", int64_t{2}}}, {1.2345f, -0.125f},
+                         {1.23000002f, -0.119999997f});
+  expect_unary_reference("round", {{"decimals", int64_t{-2}}}, {1250, 1351}, {1200, 1400});
   expect_unary_reference("sqrt", {}, {4, 2, -1, kInf}, {2, 1.41421354f, kNaN, kInf});
   expect_unary_reference("rsqrt", {}, {4, 2, 0, -0.0f}, {0.5f, 0.707106769f, kInf, -kInf});
+}
+
+TEST(OpsElementwise, ReferencePredicatesGiveBool) {
+  OneNode isnan("isnan", {type_of(DType::F32, {4})});
+  OneNode isinf("isinf", {type_of(DType::F32, {4})});
+  OneNode lnot("logical_not", {type_of(DType::F32, {4})});
+  const Tensor x = test::tensor_of({4}, {kNaN, kInf, -kInf, 0});
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(*isnan.node, "reference", {x})[0]),
+            (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(*isinf.node, "reference", {x})[0]),
+            (std::vector<bool>{false, true, true, false}));
+  // NaN is true, as in PyTorch.
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(*lnot.node, "reference", {x})[0]),
+            (std::vector<bool>{false, false, false, true}));
+  OneNode int_isnan("isnan", {type_of(DType::I32, {2})});
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(*int_isnan.node, "reference",
+                                                   {tensor_from<int32_t>({2}, {1, 0})})[0]),
+            (std::vector<bool>{false, false}));
+}
+
+// Binary op on two f32 tensors of the same shape, reference kernel.
+std::vector<float> binary_reference(const std::string& op, const std::vector<float>& a,
+                                    const std::vector<float>& b, AttrMap attrs = {}) {
+  const int64_t n = static_cast<int64_t>(a.size());
+  OneNode node(op, {type_of(DType::F32, {n}), type_of(DType::F32, {n})}, std::move(attrs));
+  return test::values_of<float>(test::run_kernel(
+      *node.node, "reference", {test::tensor_of({n}, a), test::tensor_of({n}, b)})[0]);
+}
+
+void expect_same_floats(const std::vector<float>& got, const std::vector<float>& expected) {
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(test::same_values(test::tensor_of({1}, {got[i]}),
+                                  test::tensor_of({1}, {expected[i]})))
+        << "element " << i << ": " << got[i] << " vs " << expected[i];
+}
+
+TEST(OpsElementwise, ReferenceBinaryMatchesHandComputedValues) {
+  // Expected values: Python's / PyTorch's float semantics, worked by hand.
+  const AttrMap floor{{"rounding_mode", std::string("floor")}};
+  const AttrMap trunc{{"rounding_mode", std::string("trunc")}};
+  expect_same_floats(binary_reference("div", {7, -7, -0.0f, 1, 5, -1}, {2, 2, 3, -kInf, 0, 0}, floor),
+                     {3, -4, -0.0f, -1, kInf, -kInf});
+  expect_same_floats(binary_reference("div", {7, -7, 1e10f}, {2, 2, 3}, trunc),
+                     {3, -3, 3.33333325e9f});
+  expect_same_floats(binary_reference("remainder", {-1, 1, -0.0f, 5, kInf, 7}, {kInf, -kInf, 2, 0, 2, -3}),
+                     {kInf, -kInf, -0.0f, kNaN, kNaN, -2});
+  expect_same_floats(binary_reference("fmod", {-7, 7, 5.5f}, {3, -3, 0}), {-1, 1, kNaN});
+  expect_same_floats(binary_reference("pow", {2, -2, 4, -kInf, kNaN, 1}, {10, 3, -0.5f, 0.5f, 0, kNaN}),
+                     {1024, -8, 0.5f, kInf, 1, 1});
+  // alpha scales b and the sum rounds once (a fused multiply-add, as PyTorch's): with
+  // b = 1 + 2^-23 and alpha = 1 - 2^-23, alpha * b = 1 - 2^-46, which alone would round to 1.
+  const double alpha = 1 - std::ldexp(1.0, -23);
+  const float b_fma = 1 + std::ldexp(1.0f, -23);
+  expect_same_floats(binary_reference("add", {-1, 2}, {b_fma, 3}, {{"alpha", alpha}}),
+                     {-std::ldexp(1.0f, -46), static_cast<float>(2 + alpha * 3)});
+  expect_same_floats(binary_reference("sub", {1, 2}, {b_fma, 3}, {{"alpha", alpha}}),
+                     {std::ldexp(1.0f, -46), static_cast<float>(2 - alpha * 3)});
+  expect_same_floats(binary_reference("maximum", {1, kNaN, 2, -0.0f, 0}, {2, 1, kNaN, 0, -0.0f}),
+                     {2, kNaN, kNaN, -0.0f, 0});
+  expect_same_floats(binary_reference("minimum", {1, kNaN, 2, -0.0f}, {2, 1, kNaN, 0}),
+                     {1, kNaN, kNaN, -0.0f});
+
+  // pow with a Python-number exponent follows PyTorch's pow(Tensor, Scalar): 0.5 is sqrt, so
+  // -inf gives NaN and -0 gives -0 (std::pow gives +inf and +0).
+  OneNode scalar_pow("pow", {type_of(DType::F32, {3}), type_of(DType::F64, {})}, wrapped({1}));
+  EXPECT_TRUE(test::same_values(
+      test::run_kernel(*scalar_pow.node, "reference",
+                       {test::tensor_of({3}, {-kInf, -0.0f, 9}), tensor_from<double>({}, {0.5})})[0],
+      test::tensor_of({3}, {kNaN, -0.0f, 3})));
+
+  const std::vector<float> a = {1, 2, kNaN, 3}, b = {1, 3, kNaN, 2};
+  const std::pair<const char*, std::vector<bool>> comparisons[] = {
+      {"eq", {true, false, false, false}}, {"ne", {false, true, true, true}},
+      {"lt", {false, true, false, false}}, {"le", {true, true, false, false}},
+      {"gt", {false, false, false, true}}, {"ge", {true, false, false, true}}};
+  for (const auto& [op, expected] : comparisons) {
+    OneNode node(op, {type_of(DType::F32, {4}), type_of(DType::F32, {4})});
+    EXPECT_EQ(test::values_of<bool>(test::run_kernel(
+                  *node.node, "reference", {test::tensor_of({4}, a), test::tensor_of({4}, b)})[0]),
+              expected)
+        << op;
+  }
+  const std::pair<const char*, std::vector<bool>> logical[] = {
+      {"logical_and", {false, false, false, true}},
+      {"logical_or", {false, true, true, true}},
+      {"logical_xor", {false, true, true, false}}};
+  for (const auto& [op, expected] : logical) {
+    OneNode node(op, {type_of(DType::F32, {4}), type_of(DType::I32, {4})});
+    EXPECT_EQ(test::values_of<bool>(test::run_kernel(
+                  *node.node, "reference",
+                  {test::tensor_of({4}, {0, 0, kNaN, -2}), tensor_from<int32_t>({4}, {0, 5, 0, 1})})[0]),
+              expected)
+        << op;
+  }
 }
 
 TEST(OpsElementwise, ReferenceBinaryBroadcastsAsNumPy) {
@@ -175,122 +527,138 @@ TEST(OpsElementwise, ReferenceBinaryBroadcastsAsNumPy) {
   EXPECT_EQ(q[1], -kInf);
   EXPECT_TRUE(std::isnan(q[2]));
   EXPECT_EQ(q[3], kInf);
+
+  // where([2, 1], [3], scalar): every input broadcast.
+  OneNode where("where", {type_of(DType::Bool, {2, 1}), type_of(DType::F32, {3}),
+                          type_of(DType::F32, {})});
+  out = test::run_kernel(*where.node, "reference",
+                         {tensor_from<bool>({2, 1}, {true, false}), test::tensor_of({3}, {1, 2, 3}),
+                          test::tensor_of({}, {-1})});
+  EXPECT_EQ(test::values_of<float>(out[0]), (std::vector<float>{1, 2, 3, -1, -1, -1}));
 }
 
 TEST(OpsElementwise, ReferenceIntegerArithmeticWrapsAround) {
   OneNode add("add", {type_of(DType::I32, {3}), type_of(DType::I32, {1})});
-  Tensor a = Tensor::empty(DType::I32, {3}), b = Tensor::empty(DType::I32, {1});
-  const int32_t a_values[] = {INT32_MAX, -5, 7};
-  std::memcpy(a.data(), a_values, sizeof a_values);
-  b.data<int32_t>()[0] = 1;
-  EXPECT_EQ(test::values_of<int32_t>(test::run_kernel(*add.node, "reference", {a, b})[0]),
+  EXPECT_EQ(test::values_of<int32_t>(test::run_kernel(
+                *add.node, "reference",
+                {tensor_from<int32_t>({3}, {INT32_MAX, -5, 7}), tensor_from<int32_t>({1}, {1})})[0]),
             (std::vector<int32_t>{INT32_MIN, -4, 8}));
 
+  OneNode scaled("sub", {type_of(DType::I32, {2}), type_of(DType::I32, {2})}, {{"alpha", 3.0}});
+  EXPECT_EQ(test::values_of<int32_t>(test::run_kernel(
+                *scaled.node, "reference",
+                {tensor_from<int32_t>({2}, {10, INT32_MIN}), tensor_from<int32_t>({2}, {2, 1})})[0]),
+            (std::vector<int32_t>{4, INT32_MAX - 2}));
+
   OneNode mul("mul", {type_of(DType::I64, {2}), type_of(DType::I64, {2})});
-  Tensor c = Tensor::empty(DType::I64, {2});
-  c.data<int64_t>()[0] = INT64_MAX;
-  c.data<int64_t>()[1] = -3;
+  const Tensor c = tensor_from<int64_t>({2}, {INT64_MAX, -3});
   EXPECT_EQ(test::values_of<int64_t>(test::run_kernel(*mul.node, "reference", {c, c})[0]),
             (std::vector<int64_t>{1, 9}));
 
   OneNode neg("neg", {type_of(DType::I64, {2})});
-  c.data<int64_t>()[0] = INT64_MIN;
-  EXPECT_EQ(test::values_of<int64_t>(test::run_kernel(*neg.node, "reference", {c})[0]),
+  EXPECT_EQ(test::values_of<int64_t>(test::run_kernel(
+                *neg.node, "reference", {tensor_from<int64_t>({2}, {INT64_MIN, -3})})[0]),
             (std::vector<int64_t>{INT64_MIN, 3}));
+
+  OneNode u8("add", {type_of(DType::U8, {2}), type_of(DType::U8, {2})});
+  EXPECT_EQ(test::values_of<uint8_t>(test::run_kernel(
+                *u8.node, "reference",
+                {tensor_from<uint8_t>({2}, {250, 1}), tensor_from<uint8_t>({2}, {10, 2})})[0]),
+            (std::vector<uint8_t>{4, 3}));
+  OneNode abs("abs", {type_of(DType::I8, {3})});
+  EXPECT_EQ(test::values_of<int8_t>(test::run_kernel(
+                *abs.node, "reference", {tensor_from<int8_t>({3}, {-128, -5, 5})})[0]),
+            (std::vector<int8_t>{-128, 5, 5}));
 }
 
-TEST(OpsElementwise, ReferenceF64KeepsDoublePrecision) {
-  OneNode node("add", {type_of(DType::F64, {1}), type_of(DType::F64, {1})});
-  Tensor a = Tensor::empty(DType::F64, {1}), b = Tensor::empty(DType::F64, {1});
-  a.data<double>()[0] = 1.0;
-  b.data<double>()[0] = 1e-15;
-  EXPECT_EQ(test::run_kernel(*node.node, "reference", {a, b})[0].data<double>()[0], 1.0 + 1e-15);
-}
-
-// ---------------------------------------------------------------- AVX2 kernels
-
-TEST(OpsElementwise, Avx2DeclinesWhatItCannotRun) {
-  OneNode f64("exp", {type_of(DType::F64, {4})});
-  OneNode f32("exp", {type_of(DType::F32, {4})});
-  if (!test::has_kernel("exp", "avx2")) GTEST_SKIP() << "not an x86 build";
-  EXPECT_NE(test::unsupported_reason(*f64.node, "avx2"), "");
-  if (avx2_available()) EXPECT_EQ(test::unsupported_reason(*f32.node, "avx2"), "");
-  else EXPECT_NE(test::unsupported_reason(*f32.node, "avx2").find("AVX2"), std::string::npos);
-}
-
-TEST(OpsElementwise, Avx2UnaryMatchesReference) {
-  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
-  std::mt19937 rng(7);
-  for (const UnaryCase& c : unary_cases()) {
-    for (int64_t n : {0, 1, 3, 7, 17, 1 << 20}) {
-      SCOPED_TRACE(case_name(c) + " n=" + std::to_string(n));
-      OneNode node(c.op, {type_of(DType::F32, {n})}, c.attrs);
-      Tensor x = test::random_tensor(DType::F32, {n}, rng, -12, 12);
-      test::sprinkle_extremes(x, rng);
-      Tensor expected = test::run_kernel(*node.node, "reference", {x})[0];
-      for (int threads : {1, 2}) {
-        Tensor got = test::run_kernel(*node.node, "avx2", {x}, threads)[0];
-        if (c.max_ulp == 0) {
-          EXPECT_TRUE(test::same_values(got, expected));
-        } else {
-          int64_t where = 0;
-          EXPECT_LE(test::max_ulp(got, expected, &where), c.max_ulp)
-              << "x = " << x.data<float>()[where] << ": " << got.data<float>()[where] << " vs "
-              << expected.data<float>()[where];
-        }
-      }
-    }
-  }
-}
-
-// Every 251st f32 bit pattern (17 million values: every exponent, subnormals, infs and NaNs),
-// through the AVX2 kernel and the reference kernel; prints the largest ULP error of each op.
-TEST(OpsElementwise, Avx2UlpErrorOverAllExponents) {
-  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
-  constexpr uint64_t kStride = 251;
-  const int64_t n = static_cast<int64_t>((uint64_t{1} << 32) / kStride);
-  Tensor x = Tensor::empty(DType::F32, {n});
-  for (int64_t i = 0; i < n; ++i)
-    x.data<uint32_t>()[i] = static_cast<uint32_t>(static_cast<uint64_t>(i) * kStride);
-  for (const UnaryCase& c : unary_cases()) {
-    OneNode node(c.op, {type_of(DType::F32, {n})}, c.attrs);
-    Tensor expected = test::run_kernel(*node.node, "reference", {x}, 2)[0];
-    Tensor got = test::run_kernel(*node.node, "avx2", {x}, 2)[0];
-    int64_t where = 0;
-    int64_t worst = test::max_ulp(got, expected, &where);
-    std::printf("[ ulp      ] %-12s max %lld ULP (x = %.9g)\n", case_name(c).c_str(),
-                static_cast<long long>(worst), x.data<float>()[where]);
-    EXPECT_LE(worst, c.max_ulp) << case_name(c) << " at x = " << x.data<float>()[where] << ": "
-                                << got.data<float>()[where] << " vs "
-                                << expected.data<float>()[where];
-  }
-}
-
-TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
-  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
-  using Sizes = std::vector<int64_t>;
-  const std::vector<std::pair<Sizes, Sizes>> patterns = {
-      {{1}, {1}}, {{3}, {3}}, {{7}, {7}}, {{17}, {17}}, {{1 << 20}, {1 << 20}},  // same shape
-      {{17}, {}}, {{}, {1000003}}, {{1}, {33}},                                   // scalar
-      {{5, 17}, {17}}, {{3}, {4, 3}}, {{1024, 1000}, {1000}},                     // row vector
-      {{5, 17}, {5, 1}}, {{7, 1}, {1, 9}}, {{2, 3, 5, 7}, {1, 3, 1, 1}},          // general
-      {{4, 1, 3}, {1, 5, 1}}, {{2, 3, 4}, {2, 1, 4}}, {{0, 3}, {3}}, {{2, 0}, {1}},
+TEST(OpsElementwise, ReferenceIntegerDivisionFollowsPyTorch) {
+  const Tensor a = tensor_from<int32_t>({6}, {7, -7, 7, -7, INT32_MIN, 0});
+  const Tensor b = tensor_from<int32_t>({6}, {2, 2, -2, -2, -1, 3});
+  auto run = [&](const std::string& op, AttrMap attrs = {}) {
+    OneNode node(op, {type_of(DType::I32, {6}), type_of(DType::I32, {6})}, std::move(attrs));
+    return test::values_of<int32_t>(test::run_kernel(*node.node, "reference", {a, b})[0]);
   };
-  std::mt19937 rng(11);
-  for (const char* op : {"add", "sub", "mul", "div"}) {
-    for (const auto& [a_sizes, b_sizes] : patterns) {
-      SCOPED_TRACE(std::string(op) + " " + shape_string(a_sizes) + " " + shape_string(b_sizes));
-      OneNode node(op, {type_of(DType::F32, a_sizes), type_of(DType::F32, b_sizes)});
-      Tensor a = test::random_tensor(DType::F32, a_sizes, rng);
-      Tensor b = test::random_tensor(DType::F32, b_sizes, rng);
-      test::sprinkle_extremes(a, rng);
-      test::sprinkle_extremes(b, rng);
-      Tensor expected = test::run_kernel(*node.node, "reference", {a, b})[0];
-      for (int threads : {1, 2})
-        EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "avx2", {a, b}, threads)[0],
-                                      expected));
-    }
-  }
+  // MIN / -1 wraps to MIN (PyTorch's own kernel traps there).
+  EXPECT_EQ(run("div", {{"rounding_mode", std::string("trunc")}}),
+            (std::vector<int32_t>{3, -3, -3, 3, INT32_MIN, 0}));
+  EXPECT_EQ(run("div", {{"rounding_mode", std::string("floor")}}),
+            (std::vector<int32_t>{3, -4, -4, 3, INT32_MIN, 0}));
+  EXPECT_EQ(run("fmod"), (std::vector<int32_t>{1, -1, 1, -1, 0, 0}));
+  EXPECT_EQ(run("remainder"), (std::vector<int32_t>{1, 1, -1, -1, 0, 0}));
+
+  OneNode pow("pow", {type_of(DType::I32, {5}), type_of(DType::I32, {5})});
+  EXPECT_EQ(test::values_of<int32_t>(test::run_kernel(
+                *pow.node, "reference",
+                {tensor_from<int32_t>({5}, {2, -1, 1, 0, 3}),
+                 tensor_from<int32_t>({5}, {-1, -3, -5, 0, 40})})[0]),
+            (std::vector<int32_t>{0, -1, 1, 1, 689956897}));
+}
+
+TEST(OpsElementwise, IntegerDivisionByZeroIsE40002NamingTheNode) {
+  Graph g;
+  Value* a = g.add_input("a", type_of(DType::I64, {3}));
+  Value* b = g.add_input("b", type_of(DType::I32, {3}));
+  g.set_outputs({g.add("remainder", {a, b}, {}, "rem")});
+  auto compiled = CompiledGraph::compile(g);
+  int64_t x[3] = {1, 2, 3};
+  int32_t ok[3] = {1, 2, 3}, zero[3] = {1, 0, 3};
+  EXPECT_NO_THROW(compiled->run({TensorView{x, DType::I64, {3}}, TensorView{ok, DType::I32, {3}}}));
+  std::string message;
+  EXPECT_EQ(test::error_code_of(
+                [&] {
+                  compiled->run({TensorView{x, DType::I64, {3}}, TensorView{zero, DType::I32, {3}}});
+                },
+                &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("'rem'"), std::string::npos) << message;
+  EXPECT_NE(message.find("division by zero"), std::string::npos) << message;
+  // A float division by zero is IEEE's.
+  OneNode f("remainder", {type_of(DType::F32, {1}), type_of(DType::F32, {1})});
+  EXPECT_TRUE(std::isnan(test::values_of<float>(test::run_kernel(
+      *f.node, "reference", {test::tensor_of({1}, {1}), test::tensor_of({1}, {0})})[0])[0]));
+}
+
+TEST(OpsElementwise, ReferenceMixedDTypesConvertToThePromotedDType) {
+  // i32 + f32 computes in f32.
+  OneNode add("add", {type_of(DType::I32, {3}), type_of(DType::F32, {3})});
+  EXPECT_EQ(test::values_of<float>(test::run_kernel(
+                *add.node, "reference",
+                {tensor_from<int32_t>({3}, {1, 16777217, -2}), test::tensor_of({3}, {0.5f, 0, 1})})[0]),
+            (std::vector<float>{1.5f, 16777216, -1}));
+  // u8 * i8 computes in i16.
+  OneNode mul("mul", {type_of(DType::U8, {2}), type_of(DType::I8, {2})});
+  EXPECT_EQ(test::values_of<int16_t>(test::run_kernel(
+                *mul.node, "reference",
+                {tensor_from<uint8_t>({2}, {200, 3}), tensor_from<int8_t>({2}, {-100, 4})})[0]),
+            (std::vector<int16_t>{-20000, 12}));
+  // A Python float scales an int tensor in f32; -1 compared with a u8 tensor is 255, as
+  // torch's uint8_tensor < -1.
+  OneNode scale("mul", {type_of(DType::I32, {2}), type_of(DType::F64, {})}, wrapped({1}));
+  EXPECT_EQ(test::values_of<float>(test::run_kernel(
+                *scale.node, "reference",
+                {tensor_from<int32_t>({2}, {3, -1}), tensor_from<double>({}, {0.1})})[0]),
+            (std::vector<float>{3 * 0.1f, -0.1f}));
+  OneNode lt("lt", {type_of(DType::U8, {2}), type_of(DType::I64, {})}, wrapped({1}));
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(
+                *lt.node, "reference",
+                {tensor_from<uint8_t>({2}, {3, 255}), tensor_from<int64_t>({}, {-1})})[0]),
+            (std::vector<bool>{true, false}));
+  // bool + bool is or, bool * bool is and.
+  const Tensor p = tensor_from<bool>({3}, {true, true, false}), q = tensor_from<bool>({3}, {true, false, false});
+  OneNode bor("add", {type_of(DType::Bool, {3}), type_of(DType::Bool, {3})});
+  OneNode band("mul", {type_of(DType::Bool, {3}), type_of(DType::Bool, {3})});
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(*bor.node, "reference", {p, q})[0]),
+            (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(test::values_of<bool>(test::run_kernel(*band.node, "reference", {p, q})[0]),
+            (std::vector<bool>{true, false, false}));
+  // f16 computes in f32 and rounds to f16: 1 + 2^-11 is a tie that goes to even.
+  OneNode half("add", {type_of(DType::F16, {1}), type_of(DType::F16, {1})});
+  Tensor h1 = Tensor::empty(DType::F16, {1}), h2 = Tensor::empty(DType::F16, {1});
+  h1.data<uint16_t>()[0] = 0x3C00;  // 1
+  h2.data<uint16_t>()[0] = 0x1000;  // 2^-11
+  EXPECT_EQ(test::run_kernel(*half.node, "reference", {h1, h2})[0].data<uint16_t>()[0], 0x3C00);
+  h1.data<uint16_t>()[0] = 0x3C01;  // 1 + 2^-10
+  EXPECT_EQ(test::run_kernel(*half.node, "reference", {h1, h2})[0].data<uint16_t>()[0], 0x3C02);
 }
 
 TEST(OpsElementwise, ReferenceKernelsRunEveryDType) {
@@ -316,6 +684,303 @@ TEST(OpsElementwise, ReferenceKernelsRunEveryDType) {
         EXPECT_EQ(at(out, i * 4 + j), expected);
       }
   }
+  // Every dtype through one op of each rule.
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    for (const char* op : {"maximum", "eq", "logical_or", "isnan"}) {
+      const bool binary = std::string(op) != "isnan";
+      std::vector<TensorType> types(binary ? 2 : 1, type_of(dtype, {5}));
+      OneNode node(op, types);
+      std::vector<Tensor> inputs(types.size(), Tensor::zeros(dtype, {5}));
+      EXPECT_NO_THROW(test::run_kernel(*node.node, "reference", inputs)) << op;
+    }
+  }
+}
+
+TEST(OpsElementwise, ReferenceF64KeepsDoublePrecision) {
+  OneNode node("add", {type_of(DType::F64, {1}), type_of(DType::F64, {1})});
+  EXPECT_EQ(test::run_kernel(*node.node, "reference",
+                             {tensor_from<double>({1}, {1.0}), tensor_from<double>({1}, {1e-15})})[0]
+                .data<double>()[0],
+            1.0 + 1e-15);
+  // A Python float against an f64 tensor keeps its double value.
+  OneNode scale("mul", {type_of(DType::F64, {1}), type_of(DType::F64, {})}, wrapped({1}));
+  EXPECT_EQ(test::run_kernel(*scale.node, "reference",
+                             {tensor_from<double>({1}, {3.0}), tensor_from<double>({}, {0.1})})[0]
+                .data<double>()[0],
+            3.0 * 0.1);
+}
+
+// ---------------------------------------------------------------- AVX2 kernels
+
+TEST(OpsElementwise, Avx2DeclinesWhatItCannotRun) {
+  OneNode f64("exp", {type_of(DType::F64, {4})});
+  OneNode f32("exp", {type_of(DType::F32, {4})});
+  OneNode i64("add", {type_of(DType::I64, {4}), type_of(DType::I64, {4})});
+  OneNode floor("div", {type_of(DType::F32, {4}), type_of(DType::F32, {4})},
+                {{"rounding_mode", std::string("floor")}});
+  OneNode pow("pow", {type_of(DType::F32, {4}), type_of(DType::F32, {4})});
+  if (!test::has_kernel("exp", "avx2")) GTEST_SKIP() << "not an x86 build";
+  EXPECT_NE(test::unsupported_reason(*f64.node, "avx2"), "");
+  EXPECT_NE(test::unsupported_reason(*i64.node, "avx2"), "");
+  if (!avx2_available()) {
+    EXPECT_NE(test::unsupported_reason(*f32.node, "avx2").find("AVX2"), std::string::npos);
+    return;
+  }
+  EXPECT_EQ(test::unsupported_reason(*f32.node, "avx2"), "");
+  EXPECT_NE(test::unsupported_reason(*floor.node, "avx2"), "");
+  EXPECT_NE(test::unsupported_reason(*pow.node, "avx2"), "");  // no constant exponent
+  // i32 into exp computes in f32: the AVX2 kernel takes it, converting.
+  OneNode int_exp("exp", {type_of(DType::I32, {4})});
+  EXPECT_EQ(test::unsupported_reason(*int_exp.node, "avx2"), "");
+}
+
+void expect_matches_reference(const Node& node, const std::vector<Tensor>& inputs,
+                              int64_t max_ulp) {
+  Tensor expected = test::run_kernel(node, "reference", inputs)[0];
+  for (int threads : {1, 2}) {
+    Tensor got = test::run_kernel(node, "avx2", inputs, threads)[0];
+    if (max_ulp == 0 || got.dtype() != DType::F32) {
+      EXPECT_TRUE(test::same_values(got, expected)) << "threads " << threads;
+    } else {
+      int64_t where = 0;
+      EXPECT_LE(test::max_ulp(got, expected, &where), max_ulp)
+          << "at " << where << ": " << got.data<float>()[where] << " vs "
+          << expected.data<float>()[where];
+    }
+  }
+}
+
+TEST(OpsElementwise, Avx2UnaryMatchesReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(7);
+  for (const UnaryCase& c : unary_cases()) {
+    for (int64_t n : {0, 1, 3, 7, 17, 100003}) {
+      SCOPED_TRACE(case_name(c) + " n=" + std::to_string(n));
+      OneNode node(c.op, {type_of(DType::F32, {n})}, c.attrs);
+      Tensor x = test::random_tensor(DType::F32, {n}, rng, -12, 12);
+      test::sprinkle_extremes(x, rng);
+      expect_matches_reference(*node.node, {x}, c.max_ulp);
+    }
+  }
+  // One op on a million elements: the chunks of two threads.
+  OneNode node("silu", {type_of(DType::F32, {1 << 20})});
+  Tensor x = test::random_tensor(DType::F32, {1 << 20}, rng, -12, 12);
+  expect_matches_reference(*node.node, {x}, 3);
+}
+
+// Every 1021st f32 bit pattern (4 million values: every exponent, subnormals, infs and NaNs),
+// through the AVX2 kernel and the reference kernel; prints the largest ULP error of each
+// transcendental op. Exact ops are covered by the random tests. (docs/ops.md also lists the
+// errors of an exhaustive sweep over all 2^32 patterns.)
+TEST(OpsElementwise, Avx2UlpErrorOverAllExponents) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  constexpr uint64_t kStride = 1021;
+  const int64_t n = static_cast<int64_t>((uint64_t{1} << 32) / kStride);
+  Tensor x = Tensor::empty(DType::F32, {n});
+  for (int64_t i = 0; i < n; ++i)
+    x.data<uint32_t>()[i] = static_cast<uint32_t>(static_cast<uint64_t>(i) * kStride);
+  for (const UnaryCase& c : unary_cases()) {
+    if (!c.sweep) continue;
+    OneNode node(c.op, {type_of(DType::F32, {n})}, c.attrs);
+    Tensor expected = test::run_kernel(*node.node, "reference", {x}, 2)[0];
+    Tensor got = test::run_kernel(*node.node, "avx2", {x}, 2)[0];
+    int64_t where = 0;
+    int64_t worst = test::max_ulp(got, expected, &where);
+    std::printf("[ ulp      ] %-24s max %lld ULP (x = %.9g)\n", case_name(c).c_str(),
+                static_cast<long long>(worst), x.data<float>()[where]);
+    EXPECT_LE(worst, c.max_ulp) << case_name(c) << " at x = " << x.data<float>()[where] << ": "
+                                << got.data<float>()[where] << " vs "
+                                << expected.data<float>()[where];
+  }
+}
+
+using Sizes = std::vector<int64_t>;
+const std::vector<std::pair<Sizes, Sizes>>& broadcast_patterns() {
+  static const std::vector<std::pair<Sizes, Sizes>> patterns = {
+      {{1}, {1}}, {{3}, {3}}, {{7}, {7}}, {{17}, {17}}, {{1 << 20}, {1 << 20}},  // same shape
+      {{17}, {}}, {{}, {1000003}}, {{1}, {33}},                                   // scalar
+      {{5, 17}, {17}}, {{3}, {4, 3}}, {{1024, 1000}, {1000}},                     // row vector
+      {{5, 17}, {5, 1}}, {{7, 1}, {1, 9}}, {{2, 3, 5, 7}, {1, 3, 1, 1}},          // general
+      {{4, 1, 3}, {1, 5, 1}}, {{2, 3, 4}, {2, 1, 4}}, {{0, 3}, {3}}, {{2, 0}, {1}},
+  };
+  return patterns;
+}
+
+TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(11);
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le",
+                         "gt", "ge"}) {
+    for (const auto& [a_sizes, b_sizes] : broadcast_patterns()) {
+      // The large patterns once: the loops are shared.
+      if (num_elements(a_sizes) + num_elements(b_sizes) > 100000 && std::string(op) != "add" &&
+          std::string(op) != "lt")
+        continue;
+      SCOPED_TRACE(std::string(op) + " " + shape_string(a_sizes) + " " + shape_string(b_sizes));
+      OneNode node(op, {type_of(DType::F32, a_sizes), type_of(DType::F32, b_sizes)});
+      Tensor a = test::random_tensor(DType::F32, a_sizes, rng);
+      Tensor b = test::random_tensor(DType::F32, b_sizes, rng);
+      test::sprinkle_extremes(a, rng);
+      test::sprinkle_extremes(b, rng);
+      // Equal values, so that comparisons and ties see them.
+      for (int64_t i = 0; i < std::min(a.numel(), b.numel()); i += 5) b.data<float>()[i] = a.data<float>()[i];
+      expect_matches_reference(*node.node, {a, b}, 0);
+    }
+  }
+  // add and sub with alpha: one fused multiply-add.
+  for (const char* op : {"add", "sub"}) {
+    for (const auto& [a_sizes, b_sizes] : broadcast_patterns()) {
+      if (num_elements(a_sizes) + num_elements(b_sizes) > 100000) continue;
+      SCOPED_TRACE(std::string(op) + " alpha " + shape_string(a_sizes) + " " + shape_string(b_sizes));
+      OneNode node(op, {type_of(DType::F32, a_sizes), type_of(DType::F32, b_sizes)},
+                   {{"alpha", 0.3}});
+      Tensor a = test::random_tensor(DType::F32, a_sizes, rng);
+      Tensor b = test::random_tensor(DType::F32, b_sizes, rng);
+      test::sprinkle_extremes(a, rng);
+      expect_matches_reference(*node.node, {a, b}, 0);
+    }
+  }
+}
+
+TEST(OpsElementwise, Avx2WhereMatchesReferenceOnEveryBroadcastPattern) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(5);
+  const std::vector<std::tuple<Sizes, Sizes, Sizes>> patterns = {
+      {{1}, {1}, {1}},      {{3}, {3}, {3}},        {{17}, {17}, {17}},   {{100003}, {100003}, {}},
+      {{}, {9}, {9}},       {{7, 1}, {1, 9}, {9}},  {{4, 5}, {4, 1}, {4, 1}}, {{0, 2}, {2}, {}},
+      {{2, 3, 5}, {3, 1}, {5}},
+  };
+  for (const auto& [c_sizes, a_sizes, b_sizes] : patterns) {
+    SCOPED_TRACE(shape_string(c_sizes) + " " + shape_string(a_sizes) + " " + shape_string(b_sizes));
+    OneNode node("where", {type_of(DType::Bool, c_sizes), type_of(DType::F32, a_sizes),
+                           type_of(DType::F32, b_sizes)});
+    Tensor c = Tensor::empty(DType::Bool, c_sizes);
+    for (int64_t i = 0; i < c.numel(); ++i) c.data<bool>()[i] = rng() % 2;
+    Tensor a = test::random_tensor(DType::F32, a_sizes, rng);
+    Tensor b = test::random_tensor(DType::F32, b_sizes, rng);
+    test::sprinkle_extremes(a, rng);
+    expect_matches_reference(*node.node, {c, a, b}, 0);
+  }
+}
+
+TEST(OpsElementwise, Avx2ConvertsMixedDTypesLikeTheReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(13);
+  for (int64_t n : {1, 17, 5000}) {
+    SCOPED_TRACE(n);
+    // An i32 tensor plus an f32 tensor, and an i32 tensor times a Python float.
+    Tensor i = test::random_tensor(DType::I32, {n}, rng, -1000, 1000);
+    Tensor f = test::random_tensor(DType::F32, {n}, rng);
+    OneNode add("add", {type_of(DType::I32, {n}), type_of(DType::F32, {n})});
+    expect_matches_reference(*add.node, {i, f}, 0);
+    OneNode scale("mul", {type_of(DType::I32, {n}), type_of(DType::F64, {})}, wrapped({1}));
+    expect_matches_reference(*scale.node, {i, tensor_from<double>({}, {0.1})}, 0);
+    // exp of an integer tensor computes in f32; f16 inputs compute in f32 and round back.
+    OneNode exp("exp", {type_of(DType::I32, {n})});
+    expect_matches_reference(*exp.node, {test::random_tensor(DType::I32, {n}, rng, -20, 20)}, 1);
+    Tensor h = Tensor::empty(DType::F16, {n});
+    for (int64_t k = 0; k < n; ++k) h.data<uint16_t>()[k] = static_cast<uint16_t>(rng());
+    OneNode hardswish("hardswish", {type_of(DType::F16, {n})});
+    expect_matches_reference(*hardswish.node, {h}, 0);
+    OneNode cmp("gt", {type_of(DType::F16, {n}), type_of(DType::I64, {})}, wrapped({1}));
+    expect_matches_reference(*cmp.node, {h, tensor_from<int64_t>({}, {0})}, 0);
+  }
+}
+
+TEST(OpsElementwise, Avx2PowWithConstantExponentsMatchesReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(17);
+  for (double e : {2.0, 3.0, 0.5, -0.5, -1.0, -2.0}) {
+    for (int64_t n : {0, 1, 7, 17, 100003}) {
+      SCOPED_TRACE("pow " + std::to_string(e) + " n=" + std::to_string(n));
+      OneNode node("pow", {type_of(DType::F32, {n}), type_of(DType::F64, {})}, wrapped({1}));
+      Tensor x = test::random_tensor(DType::F32, {n}, rng, -100, 100);
+      test::sprinkle_extremes(x, rng);
+      const std::vector<Tensor> inputs = {x, tensor_from<double>({}, {e})};
+      Tensor expected = run_with_constants(*node.node, "reference", inputs, {false, true});
+      Tensor got = run_with_constants(*node.node, "avx2", inputs, {false, true}, 2);
+      EXPECT_TRUE(test::same_values(got, expected));
+    }
+  }
+  // Other exponents, and exponents that are tensors, stay with the reference kernel.
+  OneNode node("pow", {type_of(DType::F32, {4}), type_of(DType::F64, {})}, wrapped({1}));
+  const std::vector<Tensor> inputs = {Tensor::zeros(DType::F32, {4}), tensor_from<double>({}, {1.5})};
+  KernelSpec spec = test::spec_of(*node.node, 1);
+  spec.constant_inputs[1] = &inputs[1];
+  EXPECT_NE(test::kernel_of("pow", "avx2").unsupported_reason(spec), "");
+}
+
+// ---------------------------------------------------------------- the executor
+
+// Every op through CompiledGraph (best kernels) against the reference policy, on inputs with
+// broadcasting and mixed dtypes.
+TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
+  struct Case {
+    std::string op;
+    std::vector<TensorType> inputs;
+    AttrMap attrs = {};
+  };
+  const TensorType f = type_of(DType::F32, {3, 33}), row = type_of(DType::F32, {33});
+  const TensorType i = type_of(DType::I32, {3, 33}), col = type_of(DType::I64, {3, 1});
+  const TensorType c = type_of(DType::Bool, {3, 33});
+  std::vector<Case> cases;
+  for (const char* op : {"relu", "neg", "abs", "sign", "exp", "expm1", "log", "log1p", "log2",
+                         "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
+                         "gelu", "silu", "mish", "hardswish", "hardsigmoid", "leaky_relu", "elu",
+                         "softplus", "hardtanh", "clamp", "floor", "ceil", "trunc", "round",
+                         "isnan", "isinf", "logical_not"})
+    cases.push_back({op, {f}});
+  for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
+                         "remainder", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+                         "logical_or", "logical_xor"}) {
+    cases.push_back({op, {f, row}});
+    cases.push_back({op, {i, f}});
+  }
+  for (const char* op : {"add", "mul", "maximum", "eq", "pow"}) cases.push_back({op, {i, col}});
+  cases.push_back({"div", {f, row}, {{"rounding_mode", std::string("floor")}}});
+  cases.push_back({"div", {f, i}, {{"rounding_mode", std::string("trunc")}}});
+  cases.push_back({"where", {c, f, row}});
+  cases.push_back({"where", {c, i, col}});
+
+  std::set<std::string> covered;
+  std::mt19937 rng(19);
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.op);
+    Graph g;
+    std::vector<Value*> in;
+    std::vector<Tensor> data;
+    for (size_t n = 0; n < k.inputs.size(); ++n) {
+      in.push_back(g.add_input("in" + std::to_string(n), k.inputs[n]));
+      const std::vector<int64_t> sizes = static_sizes(k.inputs[n].shape);
+      if (k.inputs[n].dtype == DType::Bool) {
+        data.push_back(Tensor::empty(DType::Bool, sizes));
+        for (int64_t e = 0; e < data.back().numel(); ++e) data.back().data<bool>()[e] = rng() % 2;
+      } else {
+        // Positive integers: remainder and floor division take no zero divisor.
+        const bool integer = !is_floating(k.inputs[n].dtype);
+        data.push_back(test::random_tensor(k.inputs[n].dtype, sizes, rng, integer ? 1 : -3, 4));
+      }
+    }
+    g.set_outputs({g.add(k.op, in, k.attrs)});
+    std::vector<TensorView> views;
+    for (const Tensor& t : data) views.push_back(t.view());
+    Tensor best = CompiledGraph::compile(g)->run(views)[0];
+    Tensor reference = CompiledGraph::compile(g, {.kernel_policy = "reference"})->run(views)[0];
+    EXPECT_EQ(best.dtype(), g.outputs()[0]->type().dtype);
+    EXPECT_EQ(best.sizes(), static_sizes(g.outputs()[0]->type().shape));
+    if (best.dtype() == DType::F32) {
+      const int64_t tolerance =
+          k.op == "gelu" ? 4 : k.op == "silu" ? 3 : k.op == "sigmoid" ? 2 : 1;
+      EXPECT_LE(test::max_ulp(best, reference), tolerance);
+    } else {
+      EXPECT_TRUE(test::same_values(best, reference));
+    }
+    covered.insert(k.op);
+  }
+  // Every elementwise op of the registry is covered.
+  for (const std::string& op : covered) EXPECT_NE(OpRegistry::instance().find(op), nullptr);
+  EXPECT_EQ(covered.size(), 53u);
 }
 
 }  // namespace

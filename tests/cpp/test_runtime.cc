@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "kiln/kiln.h"
+#include "ops_test_util.h"
 
 namespace kiln {
 namespace {
@@ -20,15 +21,7 @@ Tensor random_tensor(std::vector<int64_t> sizes, uint32_t seed) {
   return t;
 }
 
-ErrorCode code_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no kiln::Error thrown";
-  return ErrorCode::InvalidArgument;
-}
+ErrorCode code_of(const std::function<void()>& fn) { return test::error_code_of(fn); }
 
 // y = relu(x @ w + b) + x, with a static batch, or a symbolic one in [1, max_batch].
 std::unique_ptr<Graph> mlp_block(int64_t batch, int64_t max_batch = 0) {

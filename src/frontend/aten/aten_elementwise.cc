@@ -1,63 +1,163 @@
-// Elementwise ATen ops → Kiln's elementwise family.
+// Elementwise ATen ops → Kiln's elementwise family (src/ops/elementwise.cc).
+//
+// Kiln's elementwise ops promote dtypes as PyTorch does, so converters pass operands through.
+// A Python number operand becomes a rank-0 constant of PyTorch's wrapped-number dtype (i64 for
+// an int, f64 for a float, bool) listed in the node's wrapped_numbers, which makes Kiln's type
+// promotion match torch.result_type exactly.
+#include <limits>
+
 #include "frontend/converter.h"
+#include "kiln/error.h"
 
 namespace kiln {
 
 namespace {
 
-// The `other` operand: a tensor, or a Python number that becomes a rank-0 constant of the
-// result's dtype (PyTorch's promotion: a number never widens a tensor's dtype category).
-Value* operand(ConvertContext& ctx, const std::string& arg) {
-  if (ctx.is_tensor(arg)) return ctx.tensor(arg);
-  return ctx.scalar(ctx.number(arg), ctx.output_dtype());
+// A Python number argument as a rank-0 constant of the dtype PyTorch wraps it into: bool, i64
+// (int) or f64 (float), its value exact. ConvertContext reads numbers as double, but promotion
+// also needs the Python type: whether the JSON value is a bool or an integer tells it.
+Value* wrapped_number(ConvertContext& ctx, const std::string& arg) {
+  Tensor t;
+  try {
+    t = Tensor::empty(DType::Bool, {});
+    *t.data<bool>() = ctx.boolean(arg);
+  } catch (const Error&) {
+    try {
+      t = Tensor::empty(DType::I64, {});
+      *t.data<int64_t>() = ctx.integer(arg);
+    } catch (const Error&) {
+      t = Tensor::empty(DType::F64, {});
+      *t.data<double>() = ctx.number(arg);
+    }
+  }
+  return ctx.graph().add_constant(ctx.node_name() + "_" + arg, t);
 }
 
-// Kiln's binary ops take equal dtypes; PyTorch promotes. Until the cast op lands, mixed dtypes
-// stay in PyTorch.
-void require_output_dtype(ConvertContext& ctx, const std::vector<Value*>& operands) {
-  for (Value* v : operands)
-    if (v->type().dtype != ctx.output_dtype())
-      ctx.unsupported("mixed dtypes (" + std::string(dtype_name(v->type().dtype)) + " into " +
-                      std::string(dtype_name(ctx.output_dtype())) + ") need type promotion");
-}
-
-Converter binary(const std::string& op, bool has_alpha) {
-  return [op, has_alpha](ConvertContext& ctx) -> std::vector<Value*> {
-    Value* a = operand(ctx, "self");
-    Value* b = operand(ctx, "other");
-    require_output_dtype(ctx, {a, b});
-    if (has_alpha && ctx.has("alpha") && ctx.number("alpha") != 1.0)
-      b = ctx.add("mul", {b, ctx.scalar(ctx.number("alpha"), b->type().dtype)});
-    return {ctx.add(op, {a, b})};
+// An op over the listed arguments, each a tensor or a Python number (listed in the node's
+// wrapped_numbers). add's, sub's and rsub's alpha becomes the op's attribute of that name.
+Converter elementwise(const std::string& op, std::initializer_list<const char*> args,
+                      AttrMap attrs = {}) {
+  std::vector<std::string> names(args.begin(), args.end());
+  return [op, names, attrs](ConvertContext& ctx) -> std::vector<Value*> {
+    std::vector<Value*> values;
+    std::vector<int64_t> wrapped;
+    for (const std::string& name : names) {
+      if (ctx.is_tensor(name)) {
+        values.push_back(ctx.tensor(name));
+      } else {
+        wrapped.push_back(static_cast<int64_t>(values.size()));
+        values.push_back(wrapped_number(ctx, name));
+      }
+    }
+    AttrMap node_attrs = attrs;
+    node_attrs["wrapped_numbers"] = wrapped;
+    if (ctx.has("alpha")) node_attrs["alpha"] = ctx.number("alpha");
+    return {ctx.add(op, values, std::move(node_attrs))};
   };
 }
 
-Converter unary(const std::string& op) {
-  return [op](ConvertContext& ctx) -> std::vector<Value*> {
+// A unary op whose attributes are the ATen node's numbers of the same names.
+Converter unary(const std::string& op, std::vector<std::string> number_attrs = {}) {
+  return [op, number_attrs](ConvertContext& ctx) -> std::vector<Value*> {
+    AttrMap attrs;
+    for (const std::string& name : number_attrs) attrs[name] = ctx.number(name);
+    return {ctx.add(op, {ctx.tensor("self")}, std::move(attrs))};
+  };
+}
+
+// clamp with Python-number bounds; PyTorch promotes the input with them (clamp(int, 0.5) is f32),
+// so the input is cast to the output dtype first.
+Converter clamp(bool has_min, bool has_max) {
+  return [has_min, has_max](ConvertContext& ctx) -> std::vector<Value*> {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
     Value* x = ctx.tensor("self");
-    require_output_dtype(ctx, {x});
-    return {ctx.add(op, {x})};
+    const DType out = ctx.output_dtype();
+    if (x->type().dtype != out) x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(out))}});
+    AttrMap attrs{{"min", has_min && ctx.has("min") ? ctx.number("min") : -kInf},
+                  {"max", has_max && ctx.has("max") ? ctx.number("max") : kInf}};
+    return {ctx.add("clamp", {x}, std::move(attrs))};
+  };
+}
+
+// clamp with tensor bounds: maximum with min, then minimum with max, each promoting.
+Converter clamp_tensor(const char* min_arg, const char* max_arg) {
+  return [min_arg, max_arg](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* y = ctx.tensor("self");
+    if (min_arg && ctx.has(min_arg)) y = ctx.add("maximum", {y, ctx.tensor(min_arg)});
+    if (max_arg && ctx.has(max_arg)) y = ctx.add("minimum", {y, ctx.tensor(max_arg)});
+    return {y};
+  };
+}
+
+// Bitwise ops on bool tensors are the logical ones (PyTorch writes mask & mask this way).
+Converter bitwise_on_bool(const std::string& logical_op, std::initializer_list<const char*> args) {
+  std::vector<std::string> names(args.begin(), args.end());
+  return [logical_op, names](ConvertContext& ctx) -> std::vector<Value*> {
+    std::vector<Value*> in;
+    for (const std::string& name : names) {
+      Value* v = ctx.tensor(name);
+      if (v->type().dtype != DType::Bool)
+        ctx.unsupported("bitwise ops on " + std::string(dtype_name(v->type().dtype)) +
+                        " tensors; Kiln takes them on bool tensors only");
+      in.push_back(v);
+    }
+    return {ctx.add(logical_op, in)};
   };
 }
 
 }  // namespace
 
 void register_aten_elementwise_converters(ConverterRegistry& r) {
-  for (const char* suffix : {"Tensor", "Scalar"}) {
-    std::string s = suffix;
-    r.add("aten.add." + s, binary("add", true));
-    r.add("aten.sub." + s, binary("sub", true));
-    r.add("aten.mul." + s, binary("mul", false));
+  for (const char* overload : {".Tensor", ".Scalar"}) {
+    const std::string o = overload;
+    for (const char* op : {"add", "sub", "mul", "div", "fmod", "remainder", "eq", "ne", "lt",
+                           "le", "gt", "ge"})
+      r.add("aten." + std::string(op) + o, elementwise(op, {"self", "other"}));
+    r.add("aten.rsub" + o, elementwise("sub", {"other", "self"}));  // other - alpha * self
   }
-  for (const char* suffix : {"Tensor", "Scalar"})
-    r.add(std::string("aten.div.") + suffix, binary("div", false));
-  for (const char* op : {"relu", "neg", "sqrt", "rsqrt", "exp", "sigmoid", "tanh"})
-    r.add(std::string("aten.") + op + ".default", unary(op));
-  r.add("aten.gelu.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    Value* x = ctx.tensor("self");
-    require_output_dtype(ctx, {x});
-    return {ctx.add("gelu", {x}, {{"approximate", ctx.string("approximate")}})};
+  r.add("aten.remainder.Scalar_Tensor", elementwise("remainder", {"self", "other"}));
+  for (const char* overload : {".Tensor_mode", ".Scalar_mode"})
+    r.add(std::string("aten.div") + overload, [](ConvertContext& ctx) -> std::vector<Value*> {
+      const std::string mode = ctx.has("rounding_mode") ? ctx.string("rounding_mode") : "none";
+      return elementwise("div", {"self", "other"}, {{"rounding_mode", mode}})(ctx);
+    });
+  for (const char* overload : {".default", ".Scalar"})
+    r.add(std::string("aten.floor_divide") + overload,
+          elementwise("div", {"self", "other"}, {{"rounding_mode", std::string("floor")}}));
+  for (const char* overload : {".Tensor_Tensor", ".Tensor_Scalar", ".Scalar"})
+    r.add(std::string("aten.pow") + overload, elementwise("pow", {"self", "exponent"}));
+  r.add("aten.maximum.default", elementwise("maximum", {"self", "other"}));
+  r.add("aten.minimum.default", elementwise("minimum", {"self", "other"}));
+  for (const char* op : {"logical_and", "logical_or", "logical_xor"}) {
+    r.add("aten." + std::string(op) + ".default", elementwise(op, {"self", "other"}));
+    r.add("aten.bitwise_" + std::string(op + 8) + ".Tensor",
+          bitwise_on_bool(op, {"self", "other"}));
+  }
+  r.add("aten.bitwise_not.default", bitwise_on_bool("logical_not", {"self"}));
+  for (const char* overload : {".self", ".ScalarSelf", ".ScalarOther", ".Scalar"})
+    r.add(std::string("aten.where") + overload, elementwise("where", {"condition", "self", "other"}));
+
+  for (const char* op : {"relu", "neg", "abs", "sign", "exp", "expm1", "log", "log1p", "log2",
+                         "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
+                         "silu", "mish", "hardswish", "hardsigmoid", "floor", "ceil", "trunc",
+                         "round", "isnan", "isinf", "logical_not"})
+    r.add("aten." + std::string(op) + ".default", unary(op));
+  r.add("aten.round.decimals", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("round", {ctx.tensor("self")}, {{"decimals", ctx.integer("decimals")}})};
   });
+  r.add("aten.gelu.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("gelu", {ctx.tensor("self")}, {{"approximate", ctx.string("approximate")}})};
+  });
+  r.add("aten.leaky_relu.default", unary("leaky_relu", {"negative_slope"}));
+  r.add("aten.elu.default", unary("elu", {"alpha", "scale", "input_scale"}));
+  r.add("aten.softplus.default", unary("softplus", {"beta", "threshold"}));
+  r.add("aten.hardtanh.default", unary("hardtanh", {"min_val", "max_val"}));
+  r.add("aten.clamp.default", clamp(true, true));
+  r.add("aten.clamp_min.default", clamp(true, false));
+  r.add("aten.clamp_max.default", clamp(false, true));
+  r.add("aten.clamp.Tensor", clamp_tensor("min", "max"));
+  r.add("aten.clamp_min.Tensor", clamp_tensor("min", nullptr));
+  r.add("aten.clamp_max.Tensor", clamp_tensor(nullptr, "max"));
 }
 
 }  // namespace kiln

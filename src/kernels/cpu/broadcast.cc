@@ -25,39 +25,50 @@ std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& sizes, size_t
 
 BroadcastPlan::BroadcastPlan(const std::vector<int64_t>& a_sizes,
                              const std::vector<int64_t>& b_sizes,
-                             const std::vector<int64_t>& out_sizes) {
+                             const std::vector<int64_t>& out_sizes)
+    : BroadcastPlan(std::vector<std::vector<int64_t>>{a_sizes, b_sizes}, out_sizes) {}
+
+BroadcastPlan::BroadcastPlan(const std::vector<std::vector<int64_t>>& input_sizes,
+                             const std::vector<int64_t>& out_sizes)
+    : num_inputs_(input_sizes.size()) {
+  KILN_ASSERT(num_inputs_ >= 1 && num_inputs_ <= kMaxInputs,
+              "a broadcast plan takes 1 to " << kMaxInputs << " inputs, not " << num_inputs_);
   const size_t rank = out_sizes.size();
-  std::vector<int64_t> a = broadcast_strides(a_sizes, rank);
-  std::vector<int64_t> b = broadcast_strides(b_sizes, rank);
-  numel_ = 1;
-  for (size_t d = 0; d < rank; ++d) {
-    numel_ *= out_sizes[d];
+  std::vector<std::vector<int64_t>> strides;
+  for (const std::vector<int64_t>& sizes : input_sizes) {
+    strides.push_back(broadcast_strides(sizes, rank));
     // Each input dim equals the output's or is 1 (a size-1 output dim has stride 0 anyway).
-    size_t ia = d + a_sizes.size(), ib = d + b_sizes.size();
-    KILN_ASSERT(ia < rank || a_sizes[ia - rank] == out_sizes[d] || a_sizes[ia - rank] == 1);
-    KILN_ASSERT(ib < rank || b_sizes[ib - rank] == out_sizes[d] || b_sizes[ib - rank] == 1);
+    for (size_t d = 0; d < rank; ++d) {
+      size_t i = d + sizes.size();
+      KILN_ASSERT(i < rank || sizes[i - rank] == out_sizes[d] || sizes[i - rank] == 1);
+    }
   }
+  numel_ = 1;
+  for (int64_t size : out_sizes) numel_ *= size;
   for (size_t d = 0; d < rank; ++d) {
     if (out_sizes[d] == 1) continue;  // contributes nothing to any offset
-    // Merge into the previous kept dim when both inputs step through the pair as one dim.
-    if (!sizes_.empty() && a_strides_.back() == a[d] * out_sizes[d] &&
-        b_strides_.back() == b[d] * out_sizes[d]) {
+    // Merge into the previous kept dim when every input steps through the pair as one dim.
+    bool mergeable = !sizes_.empty();
+    for (size_t k = 0; k < num_inputs_ && mergeable; ++k)
+      mergeable = strides_.back()[k] == strides[k][d] * out_sizes[d];
+    PerInput dim_strides{};
+    for (size_t k = 0; k < num_inputs_; ++k) dim_strides[k] = strides[k][d];
+    if (mergeable) {
       sizes_.back() *= out_sizes[d];
-      a_strides_.back() = a[d];
-      b_strides_.back() = b[d];
+      strides_.back() = dim_strides;
       continue;
     }
     sizes_.push_back(out_sizes[d]);
-    a_strides_.push_back(a[d]);
-    b_strides_.push_back(b[d]);
+    strides_.push_back(dim_strides);
   }
   if (sizes_.empty()) {  // a single element
     sizes_ = {1};
-    a_strides_ = {1};
-    b_strides_ = {1};
+    PerInput ones{};
+    for (size_t k = 0; k < num_inputs_; ++k) ones[k] = 1;
+    strides_ = {ones};
   }
-  KILN_ASSERT(a_strides_.back() <= 1 && b_strides_.back() <= 1,
-              "the inner dim of a contiguous input has stride 0 or 1");
+  for (size_t k = 0; k < num_inputs_; ++k)
+    KILN_ASSERT(strides_.back()[k] <= 1, "the inner dim of a contiguous input has stride 0 or 1");
 }
 
 }  // namespace kiln::cpu

@@ -1,152 +1,290 @@
 #include "kernels/cpu/elementwise_avx2.h"
 
 #ifdef KILN_X86
+#include <cstring>
+
 #include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::cpu::avx2 {
 
 namespace {
 
-// The vector functions of the elementwise ops, one struct each; tails go through masked loads
-// and stores so every element takes the same vector code (results don't depend on position).
-struct ReluOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) {
-    // max(0, x) returns x when x is NaN, and keeps -0, like the reference's x < 0 ? 0 : x.
-    return _mm256_max_ps(_mm256_setzero_ps(), x);
-  }
-};
-struct NegOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return _mm256_xor_ps(x, splat(-0.0f)); }
-};
-struct ExpOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return avx2::exp(x); }
-};
-struct SigmoidOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return avx2::sigmoid(x); }
-};
-struct TanhOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return avx2::tanh(x); }
-};
-struct GeluErfOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return avx2::gelu_erf(x); }
-};
-struct GeluTanhOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return avx2::gelu_tanh(x); }
-};
-struct SqrtOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) { return _mm256_sqrt_ps(x); }
-};
-struct RsqrtOp {
-  // A true division rather than the 12-bit rsqrt approximation.
-  KILN_TARGET_AVX2 static __m256 apply(__m256 x) {
-    return _mm256_div_ps(splat(1.0f), _mm256_sqrt_ps(x));
-  }
-};
+// ---------------------------------------------------------------- operands and results
 
-struct AddOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-};
-struct SubOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
-};
-struct MulOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
-};
-struct DivOp {
-  KILN_TARGET_AVX2 static __m256 apply(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
-};
-
-template <typename Op>
-KILN_TARGET_AVX2 void unary_loop(const float* in, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Op::apply(_mm256_loadu_ps(in + i)));
-  if (i < n) {
-    const __m256i mask = tail_mask(n - i);
-    _mm256_maskstore_ps(out + i, mask, Op::apply(_mm256_maskload_ps(in + i, mask)));
-  }
-}
-
-// out = a op b over n elements, each operand a Contiguous or a Broadcast.
-template <typename Op, typename A, typename B>
-KILN_TARGET_AVX2 void binary_loop(const A& a, const B& b, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Op::apply(a.load(i), b.load(i)));
-  if (i < n) {
-    const __m256i mask = tail_mask(n - i);
-    _mm256_maskstore_ps(out + i, mask, Op::apply(a.load_tail(i, mask), b.load_tail(i, mask)));
-  }
-}
-
-// Vector operands: 8 consecutive elements, or one element broadcast (step 0).
+// Loop operands: 8 consecutive elements, or one element broadcast (step 0). Tails go through
+// masked loads and stores so every element takes the same vector code (results don't depend on
+// position).
 struct Contiguous {
   const float* p;
   KILN_TARGET_AVX2 __m256 load(int64_t i) const { return _mm256_loadu_ps(p + i); }
-  KILN_TARGET_AVX2 __m256 load_tail(int64_t i, __m256i mask) const {
+  KILN_TARGET_AVX2 __m256 load_tail(int64_t i, int64_t, __m256i mask) const {
     return _mm256_maskload_ps(p + i, mask);
   }
 };
 struct Broadcast {
   __m256 v;
   KILN_TARGET_AVX2 __m256 load(int64_t) const { return v; }
-  KILN_TARGET_AVX2 __m256 load_tail(int64_t, __m256i) const { return v; }
+  KILN_TARGET_AVX2 __m256 load_tail(int64_t, int64_t, __m256i) const { return v; }
 };
 
-template <typename Op>
-KILN_TARGET_AVX2 void binary(const float* a, int64_t a_step, const float* b, int64_t b_step,
-                             float* out, int64_t n) {
-  if (a_step && b_step)
-    binary_loop<Op>(Contiguous{a}, Contiguous{b}, out, n);
-  else if (!b_step)
-    binary_loop<Op>(Contiguous{a}, Broadcast{_mm256_set1_ps(*b)}, out, n);
-  else
-    binary_loop<Op>(Broadcast{_mm256_set1_ps(*a)}, Contiguous{b}, out, n);
+// 8 bools (bytes 0 or 1) as a lane mask: all ones where true.
+KILN_TARGET_AVX2 inline __m256 condition_mask(uint64_t bytes) {
+  const __m256i lanes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(bytes)));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(lanes, _mm256_setzero_si256()));
 }
+struct ConditionContiguous {
+  const bool* p;
+  KILN_TARGET_AVX2 __m256 load(int64_t i) const {
+    uint64_t bytes;
+    std::memcpy(&bytes, p + i, 8);
+    return condition_mask(bytes);
+  }
+  KILN_TARGET_AVX2 __m256 load_tail(int64_t i, int64_t count, __m256i) const {
+    uint64_t bytes = 0;
+    std::memcpy(&bytes, p + i, static_cast<size_t>(count));
+    return condition_mask(bytes);
+  }
+};
+
+struct FloatOut {
+  float* p;
+  KILN_TARGET_AVX2 void store(int64_t i, __m256 v) const { _mm256_storeu_ps(p + i, v); }
+  KILN_TARGET_AVX2 void store_tail(int64_t i, int64_t, __m256i mask, __m256 v) const {
+    _mm256_maskstore_ps(p + i, mask, v);
+  }
+};
+
+// A lane mask stored as 8 bools.
+struct BoolOut {
+  bool* p;
+  KILN_TARGET_AVX2 static uint64_t bytes(__m256 mask) {
+    const __m256i m = _mm256_castps_si256(mask);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    const __m128i ones = _mm_and_si128(_mm_packs_epi16(words, words), _mm_set1_epi8(1));
+    return static_cast<uint64_t>(_mm_cvtsi128_si64(ones));
+  }
+  KILN_TARGET_AVX2 void store(int64_t i, __m256 mask) const {
+    const uint64_t b = bytes(mask);
+    std::memcpy(p + i, &b, 8);
+  }
+  KILN_TARGET_AVX2 void store_tail(int64_t i, int64_t count, __m256i, __m256 mask) const {
+    const uint64_t b = bytes(mask);
+    std::memcpy(p + i, &b, static_cast<size_t>(count));
+  }
+};
+
+// out = op(in...) over n elements.
+template <typename Op, typename Out, typename... In>
+KILN_TARGET_AVX2 void vector_loop(const Op& op, Out out, int64_t n, In... in) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) out.store(i, op.apply(in.load(i)...));
+  if (i < n) {
+    const int64_t count = n - i;
+    const __m256i mask = tail_mask(count);
+    out.store_tail(i, count, mask, op.apply(in.load_tail(i, count, mask)...));
+  }
+}
+
+template <typename Op>
+KILN_TARGET_AVX2 void unary(const Op& op, const float* in, float* out, int64_t n) {
+  vector_loop(op, FloatOut{out}, n, Contiguous{in});
+}
+
+// The loop for each combination of steps of a and b, after the operands `first` (where's
+// condition).
+template <typename Op, typename Out, typename... First>
+KILN_TARGET_AVX2 void binary(const Op& op, Out out, int64_t n, const float* a, int64_t a_step,
+                             const float* b, int64_t b_step, First... first) {
+  if (a_step && b_step)
+    vector_loop(op, out, n, first..., Contiguous{a}, Contiguous{b});
+  else if (a_step)
+    vector_loop(op, out, n, first..., Contiguous{a}, Broadcast{splat(*b)});
+  else if (b_step)
+    vector_loop(op, out, n, first..., Broadcast{splat(*a)}, Contiguous{b});
+  else
+    vector_loop(op, out, n, first..., Broadcast{splat(*a)}, Broadcast{splat(*b)});
+}
+
+// ---------------------------------------------------------------- the ops
+
+// A unary op from a vector function.
+template <__m256 (*F)(__m256)>
+struct Unary {
+  KILN_TARGET_AVX2 __m256 apply(__m256 x) const { return F(x); }
+};
+
+KILN_TARGET_AVX2 inline __m256 relu_v(__m256 x) {
+  // max(0, x) returns x when x is NaN, and keeps -0, like the reference's x < 0 ? 0 : x.
+  return _mm256_max_ps(_mm256_setzero_ps(), x);
+}
+KILN_TARGET_AVX2 inline __m256 neg_v(__m256 x) { return _mm256_xor_ps(x, splat(-0.0f)); }
+KILN_TARGET_AVX2 inline __m256 exp_v(__m256 x) { return avx2::exp(x); }
+KILN_TARGET_AVX2 inline __m256 sigmoid_v(__m256 x) { return avx2::sigmoid(x); }
+KILN_TARGET_AVX2 inline __m256 tanh_v(__m256 x) { return avx2::tanh(x); }
+KILN_TARGET_AVX2 inline __m256 gelu_erf_v(__m256 x) { return avx2::gelu_erf(x); }
+KILN_TARGET_AVX2 inline __m256 gelu_tanh_v(__m256 x) { return avx2::gelu_tanh(x); }
+KILN_TARGET_AVX2 inline __m256 sqrt_v(__m256 x) { return _mm256_sqrt_ps(x); }
+// A true division rather than the 12-bit rsqrt approximation.
+KILN_TARGET_AVX2 inline __m256 rsqrt_v(__m256 x) {
+  return _mm256_div_ps(splat(1.0f), _mm256_sqrt_ps(x));
+}
+KILN_TARGET_AVX2 inline __m256 abs_v(__m256 x) { return avx2::abs(x); }
+KILN_TARGET_AVX2 inline __m256 floor_v(__m256 x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+}
+KILN_TARGET_AVX2 inline __m256 ceil_v(__m256 x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+}
+KILN_TARGET_AVX2 inline __m256 trunc_v(__m256 x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+}
+KILN_TARGET_AVX2 inline __m256 round_v(__m256 x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+KILN_TARGET_AVX2 inline __m256 reciprocal_v(__m256 x) { return _mm256_div_ps(splat(1.0f), x); }
+KILN_TARGET_AVX2 inline __m256 square_v(__m256 x) { return _mm256_mul_ps(x, x); }
+KILN_TARGET_AVX2 inline __m256 cube_v(__m256 x) { return _mm256_mul_ps(_mm256_mul_ps(x, x), x); }
+KILN_TARGET_AVX2 inline __m256 reciprocal_square_v(__m256 x) {
+  return _mm256_div_ps(splat(1.0f), _mm256_mul_ps(x, x));
+}
+KILN_TARGET_AVX2 inline __m256 erf_v(__m256 x) { return avx2::erf(x); }
+KILN_TARGET_AVX2 inline __m256 log_v(__m256 x) { return avx2::log(x); }
+KILN_TARGET_AVX2 inline __m256 silu_v(__m256 x) { return avx2::silu(x); }
+// min(max(x + 3, 0), 6) with NaN passing through (max and min return their second operand on
+// NaN), as PyTorch's vectorized maximum and minimum.
+KILN_TARGET_AVX2 inline __m256 relu6_of_x_plus_3(__m256 x) {
+  const __m256 t = _mm256_add_ps(x, splat(3.0f));
+  return _mm256_min_ps(splat(6.0f), _mm256_max_ps(_mm256_setzero_ps(), t));
+}
+KILN_TARGET_AVX2 inline __m256 hardswish_v(__m256 x) {
+  return _mm256_div_ps(_mm256_mul_ps(x, relu6_of_x_plus_3(x)), splat(6.0f));
+}
+KILN_TARGET_AVX2 inline __m256 hardsigmoid_v(__m256 x) {
+  return _mm256_div_ps(relu6_of_x_plus_3(x), splat(6.0f));
+}
+
+struct ClampOp {
+  __m256 lo, hi;
+  KILN_TARGET_AVX2 __m256 apply(__m256 x) const {
+    return _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+  }
+};
+struct LeakyReluOp {
+  __m256 slope;
+  KILN_TARGET_AVX2 __m256 apply(__m256 x) const {
+    return _mm256_blendv_ps(_mm256_mul_ps(x, slope), x,
+                            _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+  }
+};
+
+template <__m256 (*F)(__m256, __m256)>
+struct Binary {
+  KILN_TARGET_AVX2 __m256 apply(__m256 a, __m256 b) const { return F(a, b); }
+};
+KILN_TARGET_AVX2 inline __m256 add_v(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+KILN_TARGET_AVX2 inline __m256 sub_v(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+KILN_TARGET_AVX2 inline __m256 mul_v(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+KILN_TARGET_AVX2 inline __m256 div_v(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
+// max(b, a) and min(b, a) give a on ties and when a is NaN; a NaN b is put back after.
+KILN_TARGET_AVX2 inline __m256 maximum_v(__m256 a, __m256 b) {
+  return _mm256_blendv_ps(_mm256_max_ps(b, a), b, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+}
+KILN_TARGET_AVX2 inline __m256 minimum_v(__m256 a, __m256 b) {
+  return _mm256_blendv_ps(_mm256_min_ps(b, a), b, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+}
+
+struct AddScaledOp {
+  __m256 alpha;
+  KILN_TARGET_AVX2 __m256 apply(__m256 a, __m256 b) const { return _mm256_fmadd_ps(alpha, b, a); }
+};
+
+template <int Predicate>
+struct Compare {
+  KILN_TARGET_AVX2 __m256 apply(__m256 a, __m256 b) const { return _mm256_cmp_ps(a, b, Predicate); }
+};
+
+struct WhereOp {
+  KILN_TARGET_AVX2 __m256 apply(__m256 cond, __m256 a, __m256 b) const {
+    return _mm256_blendv_ps(b, a, cond);
+  }
+};
 
 }  // namespace
 
-KILN_TARGET_AVX2 void relu(const float* in, float* out, int64_t n) {
-  unary_loop<ReluOp>(in, out, n);
+#define KILN_UNARY(name)                                                   \
+  KILN_TARGET_AVX2 void name(const float* in, float* out, int64_t n) {     \
+    unary(Unary<&name##_v>{}, in, out, n);                                 \
+  }
+KILN_UNARY(relu)
+KILN_UNARY(neg)
+KILN_UNARY(exp)
+KILN_UNARY(sigmoid)
+KILN_UNARY(tanh)
+KILN_UNARY(gelu_erf)
+KILN_UNARY(gelu_tanh)
+KILN_UNARY(sqrt)
+KILN_UNARY(rsqrt)
+KILN_UNARY(abs)
+KILN_UNARY(floor)
+KILN_UNARY(ceil)
+KILN_UNARY(trunc)
+KILN_UNARY(round)
+KILN_UNARY(reciprocal)
+KILN_UNARY(square)
+KILN_UNARY(cube)
+KILN_UNARY(reciprocal_square)
+KILN_UNARY(erf)
+KILN_UNARY(log)
+KILN_UNARY(silu)
+KILN_UNARY(hardswish)
+KILN_UNARY(hardsigmoid)
+#undef KILN_UNARY
+
+KILN_TARGET_AVX2 void clamp(const float* in, float* out, int64_t n, float lo, float hi) {
+  unary(ClampOp{splat(lo), splat(hi)}, in, out, n);
 }
-KILN_TARGET_AVX2 void neg(const float* in, float* out, int64_t n) {
-  unary_loop<NegOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void exp(const float* in, float* out, int64_t n) {
-  unary_loop<ExpOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void sigmoid(const float* in, float* out, int64_t n) {
-  unary_loop<SigmoidOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void tanh(const float* in, float* out, int64_t n) {
-  unary_loop<TanhOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void gelu_erf(const float* in, float* out, int64_t n) {
-  unary_loop<GeluErfOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void gelu_tanh(const float* in, float* out, int64_t n) {
-  unary_loop<GeluTanhOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void sqrt(const float* in, float* out, int64_t n) {
-  unary_loop<SqrtOp>(in, out, n);
-}
-KILN_TARGET_AVX2 void rsqrt(const float* in, float* out, int64_t n) {
-  unary_loop<RsqrtOp>(in, out, n);
+KILN_TARGET_AVX2 void leaky_relu(const float* in, float* out, int64_t n, float negative_slope) {
+  unary(LeakyReluOp{splat(negative_slope)}, in, out, n);
 }
 
-KILN_TARGET_AVX2 void add(const float* a, int64_t sa, const float* b, int64_t sb, float* out,
-                          int64_t n) {
-  binary<AddOp>(a, sa, b, sb, out, n);
+#define KILN_BINARY(name)                                                                  \
+  KILN_TARGET_AVX2 void name(const float* a, int64_t a_step, const float* b, int64_t b_step, \
+                             float* out, int64_t n) {                                       \
+    binary(Binary<&name##_v>{}, FloatOut{out}, n, a, a_step, b, b_step);                    \
+  }
+KILN_BINARY(add)
+KILN_BINARY(sub)
+KILN_BINARY(mul)
+KILN_BINARY(div)
+KILN_BINARY(maximum)
+KILN_BINARY(minimum)
+#undef KILN_BINARY
+
+KILN_TARGET_AVX2 void add_scaled(const float* a, int64_t a_step, const float* b, int64_t b_step,
+                                 float* out, int64_t n, float alpha) {
+  binary(AddScaledOp{splat(alpha)}, FloatOut{out}, n, a, a_step, b, b_step);
 }
-KILN_TARGET_AVX2 void sub(const float* a, int64_t sa, const float* b, int64_t sb, float* out,
-                          int64_t n) {
-  binary<SubOp>(a, sa, b, sb, out, n);
-}
-KILN_TARGET_AVX2 void mul(const float* a, int64_t sa, const float* b, int64_t sb, float* out,
-                          int64_t n) {
-  binary<MulOp>(a, sa, b, sb, out, n);
-}
-KILN_TARGET_AVX2 void div(const float* a, int64_t sa, const float* b, int64_t sb, float* out,
-                          int64_t n) {
-  binary<DivOp>(a, sa, b, sb, out, n);
+
+#define KILN_COMPARE(name, predicate)                                                      \
+  KILN_TARGET_AVX2 void name(const float* a, int64_t a_step, const float* b, int64_t b_step, \
+                             bool* out, int64_t n) {                                        \
+    binary(Compare<predicate>{}, BoolOut{out}, n, a, a_step, b, b_step);                    \
+  }
+KILN_COMPARE(eq, _CMP_EQ_OQ)
+KILN_COMPARE(ne, _CMP_NEQ_UQ)
+KILN_COMPARE(lt, _CMP_LT_OQ)
+KILN_COMPARE(le, _CMP_LE_OQ)
+KILN_COMPARE(gt, _CMP_GT_OQ)
+KILN_COMPARE(ge, _CMP_GE_OQ)
+#undef KILN_COMPARE
+
+KILN_TARGET_AVX2 void where(const bool* cond, int64_t c_step, const float* a, int64_t a_step,
+                            const float* b, int64_t b_step, float* out, int64_t n) {
+  if (c_step)
+    binary(WhereOp{}, FloatOut{out}, n, a, a_step, b, b_step, ConditionContiguous{cond});
+  else
+    binary(WhereOp{}, FloatOut{out}, n, a, a_step, b, b_step,
+           Broadcast{*cond ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : _mm256_setzero_ps()});
 }
 
 }  // namespace kiln::cpu::avx2

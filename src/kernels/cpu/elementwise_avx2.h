@@ -14,6 +14,9 @@ using UnaryArrayFn = void (*)(const float* in, float* out, int64_t n);
 // out[i] = a[i * a_step] op b[i * b_step] for i < n; each step is 1 or 0 (broadcast).
 using BinaryArrayFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step,
                                float* out, int64_t n);
+// The same with a bool result (comparisons).
+using CompareArrayFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step,
+                                bool* out, int64_t n);
 
 #ifdef KILN_X86
 namespace avx2 {
@@ -27,11 +30,53 @@ void gelu_erf(const float* in, float* out, int64_t n);   // x * Phi(x)
 void gelu_tanh(const float* in, float* out, int64_t n);  // PyTorch's approximate="tanh"
 void sqrt(const float* in, float* out, int64_t n);
 void rsqrt(const float* in, float* out, int64_t n);
+void abs(const float* in, float* out, int64_t n);
+void floor(const float* in, float* out, int64_t n);
+void ceil(const float* in, float* out, int64_t n);
+void trunc(const float* in, float* out, int64_t n);
+void round(const float* in, float* out, int64_t n);  // half to even
+void reciprocal(const float* in, float* out, int64_t n);
+// PyTorch's pow(x, 2), pow(x, 3) and pow(x, -2), rounded as it computes them: x * x,
+// (x * x) * x and 1 / (x * x).
+void square(const float* in, float* out, int64_t n);
+void cube(const float* in, float* out, int64_t n);
+void reciprocal_square(const float* in, float* out, int64_t n);
+void erf(const float* in, float* out, int64_t n);
+void log(const float* in, float* out, int64_t n);
+void silu(const float* in, float* out, int64_t n);
+// PyTorch's formulas, rounded as it computes them: x * min(max(x + 3, 0), 6) / 6 and
+// min(max(x + 3, 0), 6) / 6.
+void hardswish(const float* in, float* out, int64_t n);
+void hardsigmoid(const float* in, float* out, int64_t n);
+// min(max(x, lo), hi); x where x equals a bound or is NaN (callers handle NaN bounds).
+void clamp(const float* in, float* out, int64_t n, float lo, float hi);
+// x > 0 ? x : x * negative_slope.
+void leaky_relu(const float* in, float* out, int64_t n, float negative_slope);
 
 void add(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
 void sub(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
 void mul(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
 void div(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
+// a + alpha * b rounded once (fused multiply-add), PyTorch's add with alpha.
+void add_scaled(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
+                int64_t n, float alpha);
+// NaN when either input is NaN; a when a and b compare equal (+0 and -0).
+void maximum(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
+             int64_t n);
+void minimum(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
+             int64_t n);
+
+// IEEE comparisons: false with a NaN, except ne.
+void eq(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
+void ne(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
+void lt(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
+void le(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
+void gt(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
+void ge(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
+
+// out[i] = cond[i * c_step] ? a[i * a_step] : b[i * b_step].
+void where(const bool* cond, int64_t c_step, const float* a, int64_t a_step, const float* b,
+           int64_t b_step, float* out, int64_t n);
 
 }  // namespace avx2
 #endif

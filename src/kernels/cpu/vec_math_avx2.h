@@ -121,11 +121,21 @@ KILN_VEC __m256 tanh(__m256 x) {
   return _mm256_or_ps(_mm256_blendv_ps(large, small, is_small), sign_bits(x));
 }
 
+// erfcx(z) = exp(z^2) erfc(z) for z >= 0.5, as h(t) / s with s = 1 + z, t = 1 / s - 0.378 and h
+// a polynomial fitted over z in [0.5, 10.1] (where exp(-z^2) erfcx(z) still matters in f32).
+KILN_VEC __m256 erfcx_times_s(__m256 s) {
+  static constexpr float H[] = {7.919958234e-01f, 5.601648092e-01f, -3.006552458e-01f,
+                                -3.467647731e-01f, 5.365545750e-01f, -4.119012505e-02f,
+                                -7.592864037e-01f, 1.005879641e+00f, 3.429900706e-01f,
+                                -1.779327512e+00f};
+  const __m256 t = _mm256_sub_ps(_mm256_div_ps(splat(1.0f), s), splat(0.37837839f));
+  return polynomial(t, H);
+}
+
 // gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2.
 //  * |x| < 1/sqrt 2: Phi = (1 + erf(x / sqrt 2)) / 2 with erf(x / sqrt 2) = x Q(x^2).
 //  * otherwise E = erfc(|x| / sqrt 2) = exp(-x^2 / 2) * erfcx(|x| / sqrt 2), with x^2 split into
-//    hi + lo exactly (FMA) and erfcx(z) = h(t) / s, s = 1 + z, t = 1 / s, h a polynomial in
-//    t - 0.378 fitted over z in [0.5, 10.1]; Phi = 1 - E/2 for x > 0, E/2 for x < 0 (no
+//    hi + lo exactly (FMA) and erfcx as above; Phi = 1 - E/2 for x > 0, E/2 for x < 0 (no
 //    cancellation: the tail keeps its relative accuracy down to the subnormals).
 KILN_VEC __m256 gelu_erf(__m256 x) {
   const __m256 ax = abs(x);
@@ -139,14 +149,9 @@ KILN_VEC __m256 gelu_erf(__m256 x) {
   const __m256 x2_lo = _mm256_fmsub_ps(x, x, x2);
   const ExpParts e = exp_parts(_mm256_mul_ps(x2, splat(-0.5f)), _mm256_mul_ps(x2_lo, splat(-0.5f)));
   const __m256 s = _mm256_fmadd_ps(ax, splat(0.70710677f), splat(1.0f));
-  const __m256 t = _mm256_sub_ps(_mm256_div_ps(splat(1.0f), s), splat(0.37837839f));
-  static constexpr float H[] = {7.919958234e-01f, 5.601648092e-01f, -3.006552458e-01f,
-                                -3.467647731e-01f, 5.365545750e-01f, -4.119012505e-02f,
-                                -7.592864037e-01f, 1.005879641e+00f, 3.429900706e-01f,
-                                -1.779327512e+00f};
   // E/2 = m * 2^n * h(t) / (2s); for x < 0 the result x E/2 is scaled by 2^n last.
   const __m256 half_erfc_m =
-      _mm256_mul_ps(e.m, _mm256_div_ps(polynomial(t, H), _mm256_add_ps(s, s)));
+      _mm256_mul_ps(e.m, _mm256_div_ps(erfcx_times_s(s), _mm256_add_ps(s, s)));
   const __m256 positive = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
   const __m256 scaled =
       ldexp(_mm256_blendv_ps(_mm256_mul_ps(x, half_erfc_m), half_erfc_m, positive), e.n);
@@ -170,6 +175,77 @@ KILN_VEC __m256 gelu_tanh(__m256 x) {
   const __m128 lo1 = _mm256_cvtpd_ps(_mm256_sub_pd(v1, _mm256_cvtps_pd(hi1)));
   const SigmoidParts sig = sigmoid_parts(_mm256_set_m128(hi1, hi0), _mm256_set_m128(lo1, lo0));
   return ldexp(_mm256_mul_ps(x, sig.m), sig.n);
+}
+
+// erf(x), the sign restored last (keeps -0):
+//  * |x| < 0.875: x (c0 + x^2 Q(x^2)) with c0 = 2/sqrt(pi) in two parts, the large product
+//    x * c0_hi rounded only once (FMA);
+//  * otherwise 1 - erfc(|x|), erfc(z) = exp(-z^2) erfcx(z) with z^2 split into hi + lo
+//    exactly (FMA); erfc < 0.22 there, a quarter of erf's ULP, so its error shrinks in the
+//    difference.
+KILN_VEC __m256 erf(__m256 x) {
+  const __m256 ax = abs(x);
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  static constexpr float Q[] = {-3.7612637877e-01f, 1.1283791065e-01f, -2.6866106316e-02f,
+                                5.2234716713e-03f,  -8.5291708820e-04f, 1.1678778537e-04f,
+                                -1.1152082152e-05f};
+  const __m256 tail = _mm256_fmadd_ps(x2, polynomial(x2, Q), splat(-5.8635383e-08f));
+  const __m256 small = _mm256_fmadd_ps(ax, splat(1.1283792f), _mm256_mul_ps(ax, tail));
+
+  const __m256 x2_lo = _mm256_fmsub_ps(x, x, x2);
+  const ExpParts e = exp_parts(_mm256_sub_ps(_mm256_setzero_ps(), x2),
+                               _mm256_sub_ps(_mm256_setzero_ps(), x2_lo));
+  const __m256 s = _mm256_add_ps(ax, splat(1.0f));
+  const __m256 erfc = ldexp(_mm256_mul_ps(e.m, _mm256_div_ps(erfcx_times_s(s), s)), e.n);
+  const __m256 large = _mm256_sub_ps(splat(1.0f), erfc);
+  const __m256 magnitude =
+      _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, splat(0.875f), _CMP_LT_OQ));
+  return _mm256_or_ps(magnitude, sign_bits(x));
+}
+
+// log(x) (Cephes logf): x = 2^e m with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact),
+// log(m) = f - f^2/2 + f^3 P(f), and e ln2 in two parts so that e * ln2_hi is exact. Subnormal
+// inputs are scaled by 2^23 first; 0 gives -inf, negative inputs NaN, +inf and NaN themselves.
+KILN_VEC __m256 log(__m256 x) {
+  const __m256 subnormal = _mm256_cmp_ps(x, splat(1.17549435e-38f), _CMP_LT_OQ);
+  const __m256 scaled = _mm256_blendv_ps(x, _mm256_mul_ps(x, splat(8388608.0f)), subnormal);
+  const __m256i bits = _mm256_castps_si256(scaled);
+  __m256i exponent = _mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(127));
+  exponent = _mm256_sub_epi32(
+      exponent, _mm256_and_si256(_mm256_castps_si256(subnormal), _mm256_set1_epi32(23)));
+  __m256 m = _mm256_castsi256_ps(_mm256_or_si256(
+      _mm256_and_si256(bits, _mm256_set1_epi32(0x007FFFFF)), _mm256_set1_epi32(0x3F800000)));
+  // m in [1, 2); above sqrt 2 take m / 2 and e + 1.
+  const __m256 high = _mm256_cmp_ps(m, splat(1.41421356f), _CMP_GT_OQ);
+  m = _mm256_blendv_ps(m, _mm256_mul_ps(m, splat(0.5f)), high);
+  exponent = _mm256_sub_epi32(exponent, _mm256_castps_si256(high));  // mask is -1: adds 1
+  const __m256 e = _mm256_cvtepi32_ps(exponent);
+  const __m256 f = _mm256_sub_ps(m, splat(1.0f));
+  static constexpr float P[] = {3.3333331174e-1f, -2.4999993993e-1f, 2.0000714765e-1f,
+                                -1.6668057665e-1f, 1.4249322787e-1f, -1.2420140846e-1f,
+                                1.1676998740e-1f, -1.1514610310e-1f, 7.0376836292e-2f};
+  const __m256 f2 = _mm256_mul_ps(f, f);
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, P));
+  y = _mm256_fmadd_ps(e, splat(-2.12194440e-4f), y);
+  y = _mm256_fnmadd_ps(f2, splat(0.5f), y);
+  // e ln2_hi + f with its rounding error kept (Fast2Sum: |e ln2_hi| >= |f| unless e = 0, where
+  // the sum is exact), so that the result rounds once.
+  const __m256 t = _mm256_mul_ps(e, splat(0.693359375f));
+  const __m256 sum = _mm256_add_ps(t, f);
+  const __m256 sum_error = _mm256_add_ps(_mm256_sub_ps(t, sum), f);
+  __m256 result = _mm256_add_ps(sum, _mm256_add_ps(sum_error, y));
+  result = _mm256_blendv_ps(result, splat(-__builtin_inff()),
+                            _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
+  result = _mm256_blendv_ps(result, splat(__builtin_nanf("")),
+                            _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+  // +inf and NaN come back as they are.
+  return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, splat(3.40282347e+38f), _CMP_NLE_UQ));
+}
+
+// x sigmoid(x), scaled by 2^n last: for x << 0 the result is subnormal and rounded once.
+KILN_VEC __m256 silu(__m256 x) {
+  const SigmoidParts s = sigmoid_parts(x, _mm256_setzero_ps());
+  return ldexp(_mm256_mul_ps(x, s.m), s.n);
 }
 
 #undef KILN_VEC

@@ -1,0 +1,90 @@
+"""The backends a model is measured on: PyTorch eager, its peers, and Kiln.
+
+Each backend turns (model, example input, threads, scratch folder) into a function from the input
+to the output tensor. Compilation may happen in that step or lazily in the first call (all
+torch.compile backends); the worker times both together. Every backend is told the same thread
+count. A backend whose package is missing raises BackendUnavailable, which the record reports
+as its status.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Run = Callable[[torch.Tensor], torch.Tensor]
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+def _require(module: str, package: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise BackendUnavailable(f"{module} can't be imported ({e}); "
+                                 f"`pip install {package}` to measure it") from e
+
+
+def _eager(model, example, threads, scratch) -> Run:
+    return model
+
+
+def _inductor(model, example, threads, scratch) -> Run:
+    return torch.compile(model, backend="inductor")
+
+
+def _inductor_freezing(model, example, threads, scratch) -> Run:
+    from torch._inductor import config
+    # Read when the first call compiles; the worker process measures nothing else afterwards.
+    config.freezing = True
+    return torch.compile(model, backend="inductor")
+
+
+def _openvino(model, example, threads, scratch) -> Run:
+    _require("openvino.torch", "openvino")  # registers the "openvino" torch.compile backend
+    # OpenVINO runs in bf16 by default on CPUs that have it; the comparison is fp32.
+    config = {"INFERENCE_NUM_THREADS": str(threads), "INFERENCE_PRECISION_HINT": "f32"}
+    return torch.compile(model, backend="openvino", options={"config": config})
+
+
+def _onnxruntime(model, example, threads, scratch) -> Run:
+    ort = _require("onnxruntime", "onnxruntime")
+    path = os.path.join(scratch, "model.onnx")
+    torch.onnx.export(model, (example,), path, input_names=["inputs"],
+                      output_names=["last_hidden_state"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return lambda inputs: torch.from_numpy(session.run(None, {"inputs": inputs.numpy()})[0])
+
+
+def _kiln(level: str):
+    def prepare(model, example, threads, scratch) -> Run:
+        options = {"optimization.level": level, "execution.num_threads": threads}
+        return torch.compile(model, backend="kiln", options=options)
+    return prepare
+
+
+@dataclass(frozen=True)
+class Backend:
+    prepare: Callable[[torch.nn.Module, torch.Tensor, int, str], Run]
+    packages: tuple[str, ...] = ()   # distributions whose versions the record lists
+
+
+BACKENDS: dict[str, Backend] = {
+    "eager": Backend(_eager),
+    "inductor": Backend(_inductor),
+    "inductor-freezing": Backend(_inductor_freezing),
+    "openvino": Backend(_openvino, ("openvino",)),
+    "onnxruntime": Backend(_onnxruntime, ("onnxruntime", "onnx", "onnxscript")),
+    "kiln": Backend(_kiln("O3")),
+    "kiln-O0": Backend(_kiln("O0")),
+}

@@ -1,0 +1,82 @@
+// Slicing, indexing, joining and splitting → Kiln's indexing and concat_split families.
+#include "frontend/converter.h"
+
+namespace kiln {
+
+namespace {
+
+// PyTorch passes None for an open slice end; Kiln's slice clamps like Python slicing.
+int64_t optional_integer(ConvertContext& ctx, const std::string& arg, int64_t absent) {
+  return ctx.has(arg) ? ctx.integer(arg) : absent;
+}
+
+std::vector<Value*> split(ConvertContext& ctx, std::vector<int64_t> sizes) {
+  Value* x = ctx.tensor("self");
+  int64_t dim = ctx.integer("dim");
+  std::vector<Value*> parts = ctx.graph().add_node(
+      "split", {x}, {{"split_sizes", std::move(sizes)}, {"dim", dim}}, ctx.node_name());
+  return parts;
+}
+
+}  // namespace
+
+void register_aten_index_converters(ConverterRegistry& r) {
+  r.add("aten.slice.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("slice", {ctx.tensor("self")},
+                    {{"dim", ctx.integer("dim")},
+                     {"start", optional_integer(ctx, "start", 0)},
+                     {"end", optional_integer(ctx, "end", INT64_MAX)},
+                     {"step", ctx.integer("step")}})};
+  });
+  r.add("aten.select.int", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("select", {ctx.tensor("self")},
+                    {{"dim", ctx.integer("dim")}, {"index", ctx.integer("index")}})};
+  });
+  r.add("aten.narrow.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("narrow", {ctx.tensor("self")},
+                    {{"dim", ctx.integer("dim")},
+                     {"start", ctx.integer("start")},
+                     {"length", ctx.integer("length")}})};
+  });
+  r.add("aten.index_select.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("index_select", {ctx.tensor("self"), ctx.tensor("index")},
+                    {{"dim", ctx.integer("dim")}})};
+  });
+  r.add("aten.gather.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.boolean("sparse_grad")) ctx.unsupported("sparse_grad");
+    return {ctx.add("gather", {ctx.tensor("self"), ctx.tensor("index")},
+                    {{"dim", ctx.integer("dim")}})};
+  });
+  r.add("aten.embedding.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    // padding_idx, scale_grad_by_freq and sparse only change gradients.
+    return {ctx.add("embedding", {ctx.tensor("weight"), ctx.tensor("indices")},
+                    {{"padding_idx", ctx.integer("padding_idx")}})};
+  });
+  r.add("aten.cat.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("concat", ctx.tensors("tensors"), {{"dim", ctx.integer("dim")}})};
+  });
+  r.add("aten.stack.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("stack", ctx.tensors("tensors"), {{"dim", ctx.integer("dim")}})};
+  });
+  r.add("aten.split_with_sizes.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return split(ctx, ctx.integers("split_sizes"));
+  });
+  // split(x, n): pieces of n along dim, the last one shorter.
+  r.add("aten.split.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    int64_t rank = static_cast<int64_t>(x->type().rank());
+    int64_t dim = ctx.integer("dim");
+    if (dim < 0) dim += rank;
+    if (dim < 0 || dim >= rank) ctx.unsupported("dim out of range");
+    const Dim& extent = x->type().shape[static_cast<size_t>(dim)];
+    if (!extent.is_static()) ctx.unsupported("split along a dynamic dim");
+    int64_t piece = ctx.integer("split_size");
+    if (piece <= 0) ctx.unsupported("split_size must be positive");
+    std::vector<int64_t> sizes;
+    for (int64_t left = extent.size(); left > 0; left -= piece) sizes.push_back(std::min(piece, left));
+    if (sizes.empty()) sizes.push_back(0);
+    return split(ctx, sizes);
+  });
+}
+
+}  // namespace kiln

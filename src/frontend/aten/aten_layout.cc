@@ -1,0 +1,96 @@
+// Broadcasts, padding, squeezes, casts and tensor creation.
+#include "frontend/converter.h"
+
+namespace kiln {
+
+namespace {
+
+std::vector<Value*> same_value(ConvertContext& ctx) { return {ctx.tensor("self")}; }
+
+std::string dtype_attr(ConvertContext& ctx) { return std::string(dtype_name(ctx.output_dtype())); }
+
+// Kiln tensors are dense and row-major: other layouts and memory formats stay in PyTorch.
+void require_dense(ConvertContext& ctx) {
+  std::string layout = ctx.enum_name("layout");
+  if (!layout.empty() && layout != "torch.strided") ctx.unsupported("layout " + layout);
+  std::string format = ctx.has("memory_format") ? ctx.enum_name("memory_format") : "";
+  if (!format.empty() && format != "torch.preserve_format" && format != "torch.contiguous_format")
+    ctx.unsupported("memory_format " + format);
+}
+
+}  // namespace
+
+void register_aten_layout_converters(ConverterRegistry& r) {
+  r.add("aten.lift_fresh_copy.default", same_value);
+  r.add("aten.expand.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("expand", {ctx.tensor("self")}, {{"size", ctx.integers("size")}})};
+  });
+  r.add("aten.repeat.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("repeat", {ctx.tensor("self")}, {{"repeats", ctx.integers("repeats")}})};
+  });
+  r.add("aten.flip.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("flip", {ctx.tensor("self")}, {{"dims", ctx.integers("dims")}})};
+  });
+  r.add("aten.roll.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("roll", {ctx.tensor("self")},
+                    {{"shifts", ctx.integers("shifts")}, {"dims", ctx.integers("dims")}})};
+  });
+  r.add("aten.constant_pad_nd.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("pad", {ctx.tensor("self")},
+                    {{"pad", ctx.integers("pad")}, {"mode", std::string("constant")},
+                     {"value", ctx.number("value")}})};
+  });
+  for (const char* mode : {"reflection", "replication"})
+    for (int d = 1; d <= 3; ++d) {
+      std::string kiln_mode = std::string(mode) == "reflection" ? "reflect" : "replicate";
+      r.add("aten." + std::string(mode) + "_pad" + std::to_string(d) + "d.default",
+            [kiln_mode](ConvertContext& ctx) -> std::vector<Value*> {
+              return {ctx.add("pad", {ctx.tensor("self")},
+                              {{"pad", ctx.integers("padding")}, {"mode", kiln_mode}})};
+            });
+    }
+  for (const char* t : {"tril", "triu"})
+    r.add(std::string("aten.") + t + ".default", [t](ConvertContext& ctx) -> std::vector<Value*> {
+      return {ctx.add(t, {ctx.tensor("self")}, {{"diagonal", ctx.integer("diagonal")}})};
+    });
+  r.add("aten.squeeze.dims", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("squeeze", {ctx.tensor("self")}, {{"dim", ctx.integers("dim")}})};
+  });
+  r.add("aten.squeeze.dim", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("squeeze", {ctx.tensor("self")},
+                    {{"dim", std::vector<int64_t>{ctx.integer("dim")}}})};
+  });
+  r.add("aten.squeeze.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("squeeze", {ctx.tensor("self")})};
+  });
+  r.add("aten.unsqueeze.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("unsqueeze", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
+  });
+  // _to_copy and to.dtype: a cast (a copy of the same dtype is the value itself).
+  auto cast = [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    require_dense(ctx);
+    if (x->type().dtype == ctx.output_dtype()) return {x};
+    return {ctx.add("to", {x}, {{"dtype", dtype_attr(ctx)}})};
+  };
+  r.add("aten._to_copy.default", cast);
+  r.add("aten.to.dtype", cast);
+  r.add("aten.arange.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    require_dense(ctx);
+    return {ctx.add("arange", {}, {{"end", ctx.number("end")}, {"dtype", dtype_attr(ctx)}})};
+  });
+  r.add("aten.arange.start_step", [](ConvertContext& ctx) -> std::vector<Value*> {
+    require_dense(ctx);
+    return {ctx.add("arange", {},
+                    {{"start", ctx.number("start")}, {"end", ctx.number("end")},
+                     {"step", ctx.number("step")}, {"dtype", dtype_attr(ctx)}})};
+  });
+  r.add("aten.full.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    require_dense(ctx);
+    return {ctx.add("full", {},
+                    {{"size", ctx.integers("size")}, {"fill_value", ctx.number("fill_value")},
+                     {"dtype", dtype_attr(ctx)}})};
+  });
+}
+
+}  // namespace kiln

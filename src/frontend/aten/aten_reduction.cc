@@ -1,0 +1,67 @@
+// Reductions → Kiln's reduction family.
+#include "frontend/converter.h"
+
+namespace kiln {
+
+namespace {
+
+// sum/mean over `dim` (None or [] = every dim); a dtype argument is a cast of the result.
+Converter reduce_dims(const std::string& op, const char* dims_arg) {
+  return [op, dims_arg](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    if (ctx.dtype("dtype") && *ctx.dtype("dtype") != x->type().dtype)
+      x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(*ctx.dtype("dtype")))}});
+    std::vector<int64_t> dims = ctx.has(dims_arg) ? ctx.integers(dims_arg) : std::vector<int64_t>{};
+    return {ctx.add(op, {x}, {{"dim", dims}, {"keepdim", ctx.boolean("keepdim")}})};
+  };
+}
+
+// var/std: correction (None = 1) and keepdim.
+Converter spread(const std::string& op) {
+  return [op](ConvertContext& ctx) -> std::vector<Value*> {
+    std::vector<int64_t> dims = ctx.has("dim") ? ctx.integers("dim") : std::vector<int64_t>{};
+    double correction = ctx.has("correction") ? ctx.number("correction") : 1.0;
+    return {ctx.add(op, {ctx.tensor("self")},
+                    {{"dim", dims}, {"keepdim", ctx.boolean("keepdim")},
+                     {"correction", correction}})};
+  };
+}
+
+}  // namespace
+
+void register_aten_reduction_converters(ConverterRegistry& r) {
+  r.add("aten.sum.dim_IntList", reduce_dims("sum", "dim"));
+  r.add("aten.mean.dim", reduce_dims("mean", "dim"));
+  r.add("aten.amax.default", reduce_dims("amax", "dim"));
+  r.add("aten.amin.default", reduce_dims("amin", "dim"));
+  r.add("aten.logsumexp.default", reduce_dims("logsumexp", "dim"));
+  r.add("aten.sum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("sum", {ctx.tensor("self")})};
+  });
+  r.add("aten.var.correction", spread("var"));
+  r.add("aten.std.correction", spread("std"));
+  for (const char* op : {"argmax", "argmin"})
+    r.add(std::string("aten.") + op + ".default", [op](ConvertContext& ctx) -> std::vector<Value*> {
+      std::vector<int64_t> dims;
+      if (ctx.has("dim")) dims.push_back(ctx.integer("dim"));
+      return {ctx.add(op, {ctx.tensor("self")}, {{"dim", dims}, {"keepdim", ctx.boolean("keepdim")}})};
+    });
+  r.add("aten._log_softmax.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.boolean("half_to_float")) ctx.unsupported("half_to_float");
+    return {ctx.add("log_softmax", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
+  });
+  r.add("aten.cumsum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.dtype("dtype") && *ctx.dtype("dtype") != ctx.tensor("self")->type().dtype)
+      ctx.unsupported("cumsum with a dtype");
+    return {ctx.add("cumsum", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
+  });
+  r.add("aten.topk.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return ctx.graph().add_node("topk", {ctx.tensor("self")},
+                                {{"k", ctx.integer("k")}, {"dim", ctx.integer("dim")},
+                                 {"largest", ctx.boolean("largest")},
+                                 {"sorted", ctx.boolean("sorted")}},
+                                ctx.node_name());
+  });
+}
+
+}  // namespace kiln

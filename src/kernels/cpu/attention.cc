@@ -1,0 +1,545 @@
+// Scaled dot-product attention: the geometry, and the fused f32 kernel for AVX2+FMA.
+//
+// The fused kernel (flash attention, Dao et al. 2022, on the CPU): each task is one block of
+// query rows of one batch matrix. It streams over blocks of keys: scores = q_blk k_blk^T (a
+// register-tiled GEMM on the block's keys transposed; plain dot products for fewer than 6 rows,
+// e.g. decoding), then an online softmax that keeps each row's running max m and sum l and
+// rescales what it accumulated so far by exp(m_old - m_new), then O += P v_blk (a second GEMM).
+// Memory per thread is one score block and one output block, never L x S. Causal attention
+// stops at the block's last row, skipping the key blocks it would mask entirely.
+//
+// The GEMMs are Kiln's own AVX2 micro-kernels (6 x 16 register tiles) rather than cblas_sgemm
+// per block: on one Zen 4 core they reach about 100 GFLOP/s for q k^T (transposing the keys
+// included) and 110 for P v, where cblas_sgemm on the same 48 x 64 x 64 blocks reached 81 and
+// 113, and the core's FMA peak is 117 (docs/ops.md).
+#include "kernels/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/parallel_chunks.h"
+#ifdef KILN_X86
+#include "kernels/cpu/vec_math_avx2.h"
+#endif
+
+namespace kiln::cpu {
+
+namespace {
+
+// An operand broadcast over the output's batch dims: its matrix offset per output batch index,
+// and its strides over the two matrix dims (0 where broadcast).
+struct BroadcastOperand {
+  std::vector<int64_t> offsets;
+  int64_t row_stride = 0, col_stride = 0;
+};
+
+// `sizes` has at most out_batch.size() + 2 dims and broadcasts to [out_batch..., *, *] (type
+// inference checked it).
+BroadcastOperand broadcast_operand(const std::vector<int64_t>& sizes,
+                                   const std::vector<int64_t>& out_batch) {
+  const size_t rank = out_batch.size() + 2;
+  KILN_ASSERT(sizes.size() <= rank, "attention operand of rank " << sizes.size());
+  std::vector<int64_t> padded(rank - sizes.size(), 1);
+  padded.insert(padded.end(), sizes.begin(), sizes.end());
+  std::vector<int64_t> strides(rank, 0);
+  int64_t stride = 1;
+  for (size_t d = rank; d-- > 0;) {
+    strides[d] = padded[d] == 1 ? 0 : stride;
+    stride *= padded[d];
+  }
+  BroadcastOperand op;
+  op.row_stride = strides[rank - 2];
+  op.col_stride = strides[rank - 1];
+  int64_t count = 1;
+  for (int64_t d : out_batch) count *= d;
+  op.offsets.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> index(out_batch.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < out_batch.size(); ++d) offset += index[d] * strides[d];
+    op.offsets.push_back(offset);
+    for (size_t d = out_batch.size(); d-- > 0;) {
+      if (++index[d] < out_batch[d]) break;
+      index[d] = 0;
+    }
+  }
+  return op;
+}
+
+}  // namespace
+
+AttentionGeometry make_attention_geometry(const KernelSpec& spec) {
+  const std::vector<int64_t> q = spec.input_sizes(0), k = spec.input_sizes(1),
+                             v = spec.input_sizes(2), out = spec.output_sizes(0);
+  const std::vector<int64_t> out_batch(out.begin(), out.end() - 2);
+  AttentionGeometry g;
+  g.l = q[q.size() - 2];
+  g.e = q.back();
+  g.s = k[k.size() - 2];
+  g.ev = v.back();
+  const double scale = spec.node.attr_float("scale");
+  // An empty dot product is 0 whatever the scale (PyTorch scales q and k by sqrt(scale) each).
+  g.scale = scale != 0 ? scale : g.e > 0 ? 1 / std::sqrt(static_cast<double>(g.e)) : 1;
+  g.causal = spec.node.attr_bool("is_causal");
+  g.q_offsets = broadcast_operand(q, out_batch).offsets;
+  g.k_offsets = broadcast_operand(k, out_batch).offsets;
+  g.v_offsets = broadcast_operand(v, out_batch).offsets;
+  if (spec.inputs.size() > 3) {
+    g.mask = spec.inputs[3].dtype == DType::Bool ? AttentionMask::Bool : AttentionMask::Additive;
+    BroadcastOperand mask = broadcast_operand(spec.input_sizes(3), out_batch);
+    g.mask_offsets = std::move(mask.offsets);
+    g.mask_row_stride = mask.row_stride;
+    g.mask_col_stride = mask.col_stride;
+  }
+  return g;
+}
+
+#ifdef KILN_X86
+namespace {
+
+using avx2::splat;
+
+// Block sizes: a task's query rows and the keys per step. kBlockQ is a multiple of the GEMM
+// tiles' 6 rows, kBlockK of their 16 columns. On the 2-core EPYC, 48-192 rows and 64-128 keys
+// ran within a few percent of each other (docs/ops.md); 48 keeps causal blocks fine-grained.
+constexpr int64_t kTileRows = 6;
+constexpr int64_t kBlockQ = 48;
+constexpr int64_t kBlockK = 64;
+
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+KILN_TARGET_AVX2 inline float max_lanes(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+KILN_TARGET_AVX2 inline float sum_lanes(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// kt[e][j] = k[j][e] for the block's keys j < keys; columns up to the next multiple of 16 are 0.
+// Row stride of kt: kBlockK.
+KILN_TARGET_AVX2 void pack_keys_transposed(const float* k, int64_t keys, int64_t e_count,
+                                           float* kt) {
+  const int64_t columns = round_up(keys, 16);
+  int64_t j = 0;
+  // 8 x 8 transposes in registers where whole, element by element at the edges.
+  for (; j + 8 <= keys; j += 8) {
+    int64_t e = 0;
+    for (; e + 8 <= e_count; e += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k + (j + i) * e_count + e);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      // r[c] now holds column c of rows 0-3 in its low half and column c + 4 in its high half,
+      // r[4 + c] the same of rows 4-7 (c < 4).
+      for (int c = 0; c < 4; ++c) {
+        _mm256_storeu_ps(kt + (e + c) * kBlockK + j, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
+        _mm256_storeu_ps(kt + (e + c + 4) * kBlockK + j,
+                         _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
+      }
+    }
+    for (; e < e_count; ++e)
+      for (int64_t i = 0; i < 8; ++i) kt[e * kBlockK + j + i] = k[(j + i) * e_count + e];
+  }
+  for (int64_t e = 0; e < e_count; ++e) {
+    for (int64_t jj = j; jj < keys; ++jj) kt[e * kBlockK + jj] = k[jj * e_count + e];
+    for (int64_t jj = keys; jj < columns; ++jj) kt[e * kBlockK + jj] = 0;
+  }
+}
+
+// s[r][0..16) = sum_e q[r][e] kt[e][0..16) for R rows: 12 accumulators in registers, two
+// loads of kt and R broadcasts of q per step of e. Row strides: q e_count, kt and s kBlockK.
+template <int R>
+KILN_TARGET_AVX2 void scores_tile(const float* q, const float* kt, int64_t e_count, float* s) {
+  __m256 acc[R][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t e = 0; e < e_count; ++e) {
+    const __m256 b0 = _mm256_loadu_ps(kt + e * kBlockK);
+    const __m256 b1 = _mm256_loadu_ps(kt + e * kBlockK + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(q + r * e_count + e);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(s + r * kBlockK, acc[r][0]);
+    _mm256_storeu_ps(s + r * kBlockK + 8, acc[r][1]);
+  }
+}
+
+// [sum a, sum b, sum c, sum d] of four vectors.
+KILN_TARGET_AVX2 inline __m128 sum_lanes4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// The scores of one or two query rows (R) against `keys` rows of k as dot products along e,
+// four keys at a time: for so few rows, transposing the keys would cost as much as the GEMM.
+// Row strides: q and k e_count, s kBlockK.
+template <int R>
+KILN_TARGET_AVX2 void scores_by_dots(const float* q, const float* k, int64_t keys,
+                                     int64_t e_count, float* s) {
+  const int64_t whole = e_count - e_count % 8;
+  const __m256i tail = avx2::tail_mask(e_count - whole);
+  auto load = [&](const float* row, int64_t e) KILN_TARGET_AVX2 {
+    return e < whole ? _mm256_loadu_ps(row + e) : _mm256_maskload_ps(row + e, tail);
+  };
+  int64_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t e = 0; e < e_count; e += 8) {
+      __m256 kv[4];
+      for (int c = 0; c < 4; ++c) kv[c] = load(k + (j + c) * e_count, e);
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = load(q + r * e_count, e);
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      _mm_storeu_ps(s + r * kBlockK + j, sum_lanes4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+  }
+  for (; j < keys; ++j)
+    for (int r = 0; r < R; ++r) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t e = 0; e < e_count; e += 8)
+        acc = _mm256_fmadd_ps(load(q + r * e_count, e), load(k + j * e_count, e), acc);
+      s[r * kBlockK + j] = sum_lanes(acc);
+    }
+}
+
+// o[r][0..8 NV) = alpha[r] o[r] + sum_{j < keys} p[r][j] v[j][0..8 NV) for R rows (o starts
+// from 0 when `first`). With kTail the last vector of v is read under `tail` (the end of a row
+// of v, where a full load could leave the tensor); o's rows are padded to whole vectors. Row
+// strides: p kBlockK, v ev, o o_stride.
+template <int R, int NV, bool kTail>
+KILN_TARGET_AVX2 void weighted_values_tile(const float* p, int64_t keys, const float* v,
+                                           int64_t ev, __m256i tail, const float* alpha,
+                                           bool first, float* o, int64_t o_stride) {
+  __m256 acc[R][NV];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    const __m256 a = splat(alpha[r]);
+    for (int n = 0; n < NV; ++n)
+      acc[r][n] = first ? _mm256_setzero_ps()
+                        : _mm256_mul_ps(_mm256_loadu_ps(o + r * o_stride + 8 * n), a);
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    __m256 b[NV];
+    for (int n = 0; n < NV; ++n)
+      b[n] = kTail && n == NV - 1 ? _mm256_maskload_ps(v + j * ev + 8 * n, tail)
+                                  : _mm256_loadu_ps(v + j * ev + 8 * n);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(p + r * kBlockK + j);
+      for (int n = 0; n < NV; ++n) acc[r][n] = _mm256_fmadd_ps(a, b[n], acc[r][n]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) _mm256_storeu_ps(o + r * o_stride + 8 * n, acc[r][n]);
+}
+
+// Calls fn(std::integral_constant<int, R>) for R = rows in [1, kTileRows].
+template <typename Fn>
+KILN_TARGET_AVX2 void with_tile_rows(int64_t rows, const Fn& fn) {
+  switch (rows) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 5: fn(std::integral_constant<int, 5>{}); break;
+    default: fn(std::integral_constant<int, 6>{}); break;
+  }
+}
+
+// One thread's working memory, carved from its slot of the kernel's scratch.
+struct Workspace {
+  float* kt;         // [e][kBlockK]: the key block, transposed
+  float* p;          // [kBlockQ][kBlockK]: scores, then their exponentials
+  float* o;          // [kBlockQ][o_stride]: the unnormalized output rows
+  float* row_max;    // [kBlockQ]
+  float* row_sum;    // [kBlockQ]
+  float* alpha;      // [kBlockQ]: this step's rescale of o
+  int64_t o_stride;  // ev rounded up to whole vectors
+
+  // Floats per thread for a geometry, and the layout within them (each part 64-byte aligned
+  // relative to the slot).
+  static int64_t floats(const AttentionGeometry& g) {
+    return round_up(g.e * kBlockK, 16) + kBlockQ * kBlockK + kBlockQ * round_up(g.ev, 8) +
+           3 * round_up(kBlockQ, 16);
+  }
+  Workspace(const AttentionGeometry& g, float* slot) : o_stride(round_up(g.ev, 8)) {
+    kt = slot;
+    p = kt + round_up(g.e * kBlockK, 16);
+    o = p + kBlockQ * kBlockK;
+    row_max = o + kBlockQ * o_stride;
+    row_sum = row_max + round_up(kBlockQ, 16);
+    alpha = row_sum + round_up(kBlockQ, 16);
+  }
+};
+
+struct Operands {
+  const float* q;
+  const float* k;
+  const float* v;
+  const void* mask;
+  float* out;
+};
+
+// Reads the mask for 8 keys of one query row: which to keep (bool) or what to add (additive).
+// `row` points at the row's element for the block's first key; col_stride is 1 or 0.
+template <AttentionMask kMask>
+class MaskRow {
+ public:
+  MaskRow(const void* row, int64_t col_stride) : row_(row), contiguous_(col_stride != 0) {}
+
+  // The scores of keys [j, j + 8), of which `valid` (1..8) are in the block, scaled and masked
+  // (-inf where the mask is false; an additive mask added in the same rounding as the scale).
+  KILN_TARGET_AVX2 __m256 apply(__m256 score, __m256 scale, int64_t j, int64_t valid) const {
+    if constexpr (kMask == AttentionMask::Additive) {
+      const auto* m = static_cast<const float*>(row_);
+      __m256 add = !contiguous_ ? splat(m[0])
+                   : valid == 8 ? _mm256_loadu_ps(m + j)
+                                : _mm256_maskload_ps(m + j, avx2::tail_mask(valid));
+      return _mm256_fmadd_ps(score, scale, add);
+    }
+    const __m256 x = _mm256_mul_ps(score, scale);
+    if constexpr (kMask == AttentionMask::Bool) {
+      const auto* m = static_cast<const uint8_t*>(row_);
+      uint64_t bytes = 0;
+      if (!contiguous_) bytes = m[0] ? ~uint64_t{0} : 0;
+      else std::memcpy(&bytes, m + j, static_cast<size_t>(valid));  // stays inside the mask
+      const __m256i keep = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(bytes)));
+      const __m256 drop = _mm256_castsi256_ps(_mm256_cmpeq_epi32(keep, _mm256_setzero_si256()));
+      return _mm256_blendv_ps(x, splat(-INFINITY), drop);
+    }
+    return x;
+  }
+
+ private:
+  const void* row_;
+  bool contiguous_;
+};
+
+// exp(x) for x <= 0, and NaN for NaN: avx2::exp's reduction and polynomial, but results below
+// 2^-124 (x < -86) flushed to 0, which leaves the scaling by 2^n to one exponent add. A softmax
+// weight that small next to the row max's weight of 1 changes no f32 sum.
+KILN_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, splat(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, splat(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, splat(-2.12194440e-4f), r);
+  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  __m256 m = _mm256_fmadd_ps(avx2::polynomial(r, P), _mm256_mul_ps(r, r), r);
+  m = _mm256_add_ps(m, splat(1.0f));
+  const __m256i scaled = _mm256_add_epi32(_mm256_castps_si256(m),
+                                          _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, splat(-86.0f), _CMP_LT_OQ),
+                          _mm256_castsi256_ps(scaled));
+}
+
+class FlashAttention final : public KernelInstance {
+ public:
+  FlashAttention(AttentionGeometry g, int threads)
+      : g_(std::move(g)), threads_(std::max(threads, 1)), slot_floats_(Workspace::floats(g_)) {}
+
+  size_t scratch_bytes() const override {
+    return static_cast<size_t>(threads_) * static_cast<size_t>(slot_floats_) * sizeof(float);
+  }
+
+  void run(std::span<const void* const> inputs, std::span<void* const> outputs,
+           void* scratch) const override {
+    const Operands ops{static_cast<const float*>(inputs[0]), static_cast<const float*>(inputs[1]),
+                       static_cast<const float*>(inputs[2]),
+                       g_.mask == AttentionMask::None ? nullptr : inputs[3],
+                       static_cast<float*>(outputs[0])};
+    if (g_.l == 0 || g_.ev == 0 || g_.batch_count() == 0) return;
+    const int64_t row_blocks = (g_.l + kBlockQ - 1) / kBlockQ;
+    const int64_t tasks = g_.batch_count() * row_blocks;
+    const int64_t work = g_.batch_count() * g_.l * std::max<int64_t>(g_.s, 1) * (g_.e + g_.ev);
+    const int team =
+        work < kParallelMinWork ? 1 : static_cast<int>(std::min<int64_t>(threads_, tasks));
+    auto* slots = static_cast<float*>(scratch);
+    // Dynamic: causal tasks near the top of the matrix are cheaper than those near the bottom.
+#pragma omp parallel for num_threads(team) if (team > 1) schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      Workspace ws(g_, slots + omp_get_thread_num() * slot_floats_);
+      run_task(ops, t / row_blocks, (t % row_blocks) * kBlockQ, ws);
+    }
+  }
+
+ private:
+  // Query rows [i0, i0 + kBlockQ) of batch matrix b.
+  KILN_TARGET_AVX2 void run_task(const Operands& ops, int64_t b, int64_t i0,
+                                 Workspace& ws) const {
+    const int64_t rows = std::min(kBlockQ, g_.l - i0);
+    const float* q = ops.q + g_.q_offsets[b] + i0 * g_.e;
+    float* out = ops.out + (b * g_.l + i0) * g_.ev;
+    // Causal: keys past the last row are masked for every row of the block.
+    const int64_t key_end = g_.causal ? std::min(g_.s, i0 + rows) : g_.s;
+    std::fill_n(ws.row_max, rows, -INFINITY);
+    std::fill_n(ws.row_sum, rows, 0.0f);
+    for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
+      const int64_t keys = std::min(kBlockK, key_end - j0);
+      const float* k = ops.k + g_.k_offsets[b] + j0 * g_.e;
+      if (rows < kTileRows) {
+        int64_t r = 0;
+        for (; r + 2 <= rows; r += 2)
+          scores_by_dots<2>(q + r * g_.e, k, keys, g_.e, ws.p + r * kBlockK);
+        if (r < rows) scores_by_dots<1>(q + r * g_.e, k, keys, g_.e, ws.p + r * kBlockK);
+      } else {
+        pack_keys_transposed(k, keys, g_.e, ws.kt);
+        for (int64_t r = 0; r < rows; r += kTileRows)
+          with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX2 {
+            constexpr int R = decltype(rows_constant)::value;
+            for (int64_t c = 0; c < keys; c += 16)
+              scores_tile<R>(q + r * g_.e, ws.kt + c, g_.e, ws.p + r * kBlockK + c);
+          });
+      }
+      switch (g_.mask) {
+        case AttentionMask::None:
+          online_softmax<AttentionMask::None>(ops, b, i0, rows, j0, keys, ws);
+          break;
+        case AttentionMask::Bool:
+          online_softmax<AttentionMask::Bool>(ops, b, i0, rows, j0, keys, ws);
+          break;
+        case AttentionMask::Additive:
+          online_softmax<AttentionMask::Additive>(ops, b, i0, rows, j0, keys, ws);
+          break;
+      }
+      accumulate_values(ops.v + g_.v_offsets[b] + j0 * g_.ev, rows, keys, j0 == 0, ws);
+    }
+    normalize(rows, key_end > 0, ws, out);
+  }
+
+  // Turns the scores of keys [j0, j0 + keys) into exp(x - m) in place, x the scaled and masked
+  // score and m each row's running max, and updates the rows' max, sum and rescale factor.
+  template <AttentionMask kMask>
+  KILN_TARGET_AVX2 void online_softmax(const Operands& ops, int64_t b, int64_t i0, int64_t rows,
+                                       int64_t j0, int64_t keys, Workspace& ws) const {
+    const __m256 scale = splat(static_cast<float>(g_.scale));
+    const __m256 neg_inf = splat(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const char* mask_plane =
+        kMask == AttentionMask::None
+            ? nullptr
+            : static_cast<const char*>(ops.mask) +
+                  (g_.mask_offsets[b] + j0 * g_.mask_col_stride) *
+                      static_cast<int64_t>(kMask == AttentionMask::Bool ? 1 : sizeof(float));
+    const int64_t mask_row_bytes =
+        g_.mask_row_stride * static_cast<int64_t>(kMask == AttentionMask::Bool ? 1 : sizeof(float));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      // Keys [j0, j0 + attended) pass the causal rule; the rest of the block is masked.
+      const int64_t attended = g_.causal ? std::clamp<int64_t>(i - j0 + 1, 0, keys) : keys;
+      const MaskRow<kMask> mask(mask_plane + i * mask_row_bytes, g_.mask_col_stride);
+      float* x = ws.p + r * kBlockK;
+      __m256 block_max = neg_inf;
+      for (int64_t j = 0; j < keys; j += 8) {
+        __m256 v = mask.apply(_mm256_loadu_ps(x + j), scale, j, std::min<int64_t>(8, keys - j));
+        if (j + 8 > attended) {
+          const __m256i limit = _mm256_set1_epi32(static_cast<int32_t>(attended - j));
+          v = _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(limit, lane)));
+        }
+        _mm256_storeu_ps(x + j, v);
+        block_max = _mm256_max_ps(block_max, v);
+      }
+      // A NaN score is lost from the max but not from the sum: exp(NaN - m) is NaN.
+      const float m_old = ws.row_max[r];
+      const float m_new = std::max(m_old, max_lanes(block_max));
+      // Rows with nothing attended yet keep m = -inf; subtracting 0 instead keeps exp(-inf) = 0.
+      const float m_safe = m_new == -INFINITY ? 0.0f : m_new;
+      const __m256 m = splat(m_safe);
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t j = 0; j < keys; j += 8) {
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + j), m));
+        _mm256_storeu_ps(x + j, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      const float alpha = std::exp(m_old - m_safe);
+      ws.row_sum[r] = ws.row_sum[r] * alpha + sum_lanes(sum);
+      ws.row_max[r] = m_new;
+      ws.alpha[r] = alpha;
+    }
+  }
+
+  // o = alpha o + p v for the block's keys, in tiles of 16 columns of v and a narrower last one.
+  KILN_TARGET_AVX2 void accumulate_values(const float* v, int64_t rows, int64_t keys, bool first,
+                                          Workspace& ws) const {
+    const int64_t ev = g_.ev;
+    const int64_t whole = ev - ev % 16, rest = ev - whole;
+    const __m256i tail = avx2::tail_mask(rest > 8 ? rest - 8 : rest);
+    for (int64_t r = 0; r < rows; r += kTileRows)
+      with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX2 {
+        constexpr int R = decltype(rows_constant)::value;
+        const float* p = ws.p + r * kBlockK;
+        const float* alpha = ws.alpha + r;
+        float* o = ws.o + r * ws.o_stride;
+        auto tile = [&](auto fn, int64_t c) KILN_TARGET_AVX2 {
+          fn(p, keys, v + c, ev, tail, alpha, first, o + c, ws.o_stride);
+        };
+        for (int64_t c = 0; c < whole; c += 16) tile(weighted_values_tile<R, 2, false>, c);
+        if (rest > 8) tile(weighted_values_tile<R, 2, true>, whole);
+        else if (rest == 8) tile(weighted_values_tile<R, 1, false>, whole);
+        else if (rest > 0) tile(weighted_values_tile<R, 1, true>, whole);
+      });
+  }
+
+  // out = o / l; rows that attended no key (l = 0, or no keys at all) are 0, as in PyTorch.
+  KILN_TARGET_AVX2 void normalize(int64_t rows, bool any_keys, const Workspace& ws,
+                                  float* out) const {
+    const int64_t ev = g_.ev;
+    const int64_t full = ev - ev % 8;
+    const __m256i tail = avx2::tail_mask(ev - full);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float l = any_keys ? ws.row_sum[r] : 0.0f;
+      float* y = out + r * ev;
+      if (l == 0) {
+        std::fill_n(y, ev, 0.0f);
+        continue;
+      }
+      const float* o = ws.o + r * ws.o_stride;
+      const __m256 sum = splat(l);
+      for (int64_t c = 0; c < full; c += 8)
+        _mm256_storeu_ps(y + c, _mm256_div_ps(_mm256_loadu_ps(o + c), sum));
+      if (full < ev)
+        _mm256_maskstore_ps(y + full, tail, _mm256_div_ps(_mm256_loadu_ps(o + full), sum));
+    }
+  }
+
+  AttentionGeometry g_;
+  int threads_;
+  int64_t slot_floats_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelInstance> create_flash_attention(const KernelSpec& spec) {
+  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads);
+}
+#endif  // KILN_X86
+
+}  // namespace kiln::cpu

@@ -1,0 +1,46 @@
+// Scaled dot-product attention on the CPU: the problem description shared by the op's kernels,
+// and the fused f32 kernel (flash-attention style: the L x S score matrix is never stored).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "ops/op_registry.h"
+
+namespace kiln::cpu {
+
+enum class AttentionMask : uint8_t { None, Bool, Additive };
+
+// out[b..., L, Ev] = softmax(q k^T * scale + mask) v for q [b..., L, E], k [b..., S, E],
+// v [b..., S, Ev], every operand dense row-major, batch dims broadcast NumPy-style (the mask's
+// too, over [b..., L, S]). Key j is attended by query i unless the mask is false there, or
+// is_causal and j > i (PyTorch's top-left aligned lower triangle); an additive mask is added
+// to the scaled scores.
+struct AttentionGeometry {
+  int64_t l = 0, s = 0, e = 0, ev = 0;
+  double scale = 1;  // resolved: the attribute, or 1/sqrt(E) when it is 0 (unset)
+  bool causal = false;
+  AttentionMask mask = AttentionMask::None;
+  // Element offsets of q's, k's and v's matrices and of the mask's [L, S] plane for each output
+  // batch index (row-major over the output's batch dims).
+  std::vector<int64_t> q_offsets, k_offsets, v_offsets, mask_offsets;
+  // The mask's strides in elements over L and S: 0 where it is broadcast.
+  int64_t mask_row_stride = 0, mask_col_stride = 0;
+
+  int64_t batch_count() const { return static_cast<int64_t>(q_offsets.size()); }
+};
+
+// The geometry of a scaled_dot_product_attention node: inputs q, k, v[, attn_mask], attributes
+// is_causal and scale.
+AttentionGeometry make_attention_geometry(const KernelSpec& spec);
+
+#ifdef KILN_X86
+// The fused kernel for f32 with AVX2+FMA (call only when has_avx2_fma()). Its scratch holds,
+// per thread, one block of scores and one block of output rows: O(block_q x (block_k + Ev)),
+// whatever L and S are.
+std::unique_ptr<KernelInstance> create_flash_attention(const KernelSpec& spec);
+#endif
+
+}  // namespace kiln::cpu

@@ -1,0 +1,48 @@
+// 2-D pooling on the CPU: the problem description shared by the pooling ops' kernels, oneDNN's
+// average pooling and the AVX2 max pooling.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/cpu/cpu_features.h"
+#include "ops/op_registry.h"
+
+namespace kiln::cpu {
+
+// y[N, C, OH, OW] from windows of x[N, C, H, W] (dense row-major): window (oy, ox) covers rows
+// oy * stride_h - pad_top + ky * dilation_h for ky < kh, and the same for columns.
+struct Pool2dGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t dilation_h = 1, dilation_w = 1;
+  // The declared padding (PyTorch's is symmetric: the same on the bottom and right).
+  int64_t pad_h = 0, pad_w = 0;
+  // The padding the windows reach on the bottom and right: the declared padding, or more in
+  // ceil mode, where the last window may overhang it.
+  int64_t reach_bottom = 0, reach_right = 0;
+};
+
+enum class PoolAlgorithm {
+  AvgIncludePadding,  // divides by kh * kw: the windows must not overhang the declared padding
+  AvgExcludePadding,  // divides by the number of input elements in the window
+};
+
+// Average pooling through oneDNN: f32; no zero-size tensors. (oneDNN's max pooling is not used:
+// it drops NaNs, where PyTorch's max propagates them.)
+std::unique_ptr<KernelInstance> create_onednn_pool2d(const Pool2dGeometry& g,
+                                                     PoolAlgorithm algorithm,
+                                                     const KernelSpec& spec);
+
+#ifdef KILN_X86
+namespace avx2 {
+// Max pooling of planes [begin, end) of f32 x into y, bit for bit the reference's result (a NaN
+// in a window gives NaN); `rows` is scratch for g.h * g.ow floats. Call only when has_avx2_fma().
+void max_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
+                     int64_t end, float* rows);
+}  // namespace avx2
+#endif
+
+}  // namespace kiln::cpu

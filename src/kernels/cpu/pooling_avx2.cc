@@ -1,0 +1,111 @@
+#include "kernels/cpu/pooling.h"
+
+#ifdef KILN_X86
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/vec_math_avx2.h"
+
+namespace kiln::cpu::avx2 {
+
+namespace {
+
+// 8 floats `stride` elements apart from p. Stride 2 reads p[0..15].
+KILN_TARGET_AVX2 inline __m256 load_strided(const float* p, int64_t stride, __m256i offsets) {
+  if (stride == 1) return _mm256_loadu_ps(p);
+  if (stride == 2) {
+    // Even lanes of a and b, in the order a0 a2 b0 b2 a4 a6 b4 b6, then 64-bit pairs reordered.
+    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    const __m256 even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  return _mm256_i32gather_ps(p, offsets, 4);
+}
+
+// A running maximum of vectors that ends NaN in every lane that saw a NaN. max(v, acc) keeps
+// acc when either is NaN, so a NaN in acc stays; NaNs among the v are collected apart.
+struct NanMax {
+  __m256 acc, saw_nan;
+
+  KILN_TARGET_AVX2 NanMax()
+      : acc(_mm256_set1_ps(-std::numeric_limits<float>::infinity())), saw_nan(_mm256_setzero_ps()) {}
+
+  KILN_TARGET_AVX2 void add(__m256 v) {
+    acc = _mm256_max_ps(v, acc);
+    saw_nan = _mm256_or_ps(saw_nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  KILN_TARGET_AVX2 __m256 result() const {
+    return _mm256_blendv_ps(acc, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), saw_nan);
+  }
+};
+
+// The scalar rule, as in the reference: a NaN wins, and so does any later one.
+inline void take(float& best, float v) {
+  if (v > best || std::isnan(v)) best = v;
+}
+
+// Row maxima: out[ox] = the maximum over the window's columns of input row `row`, for every
+// output column; windows crossing the row's ends take the scalar path.
+KILN_TARGET_AVX2 void row_maxima(const Pool2dGeometry& g, const float* row, float* out) {
+  // Output columns [first, last) have windows wholly inside the row, a stride-2 load's extra
+  // element included.
+  const int64_t reach = (g.kw - 1) * g.dilation_w + (g.stride_w == 2 ? 1 : 0);
+  const int64_t first = std::min((g.pad_w + g.stride_w - 1) / g.stride_w, g.ow);
+  const int64_t span = g.w - 1 - reach + g.pad_w;
+  const int64_t last = std::max(first, std::min(g.ow, span >= 0 ? span / g.stride_w + 1 : 0));
+  auto scalar = [&](int64_t ox) {
+    float best = -std::numeric_limits<float>::infinity();
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
+      if (ix >= 0 && ix < g.w) take(best, row[ix]);
+    }
+    out[ox] = best;
+  };
+  const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(g.stride_w)));
+  auto vector = [&](int64_t ox) KILN_TARGET_AVX2 {
+    const float* start = row + ox * g.stride_w - g.pad_w;
+    NanMax m;
+    for (int64_t kx = 0; kx < g.kw; ++kx)
+      m.add(load_strided(start + kx * g.dilation_w, g.stride_w, offsets));
+    _mm256_storeu_ps(out + ox, m.result());
+  };
+  for (int64_t ox = 0; ox < first; ++ox) scalar(ox);
+  if (last - first >= 8) {
+    for (int64_t ox = first; ox + 8 <= last; ox += 8) vector(ox);
+    // The last 8 again, overlapping the blocks before: the same values, rewritten.
+    if ((last - first) % 8 != 0) vector(last - 8);
+  } else {
+    for (int64_t ox = first; ox < last; ++ox) scalar(ox);
+  }
+  for (int64_t ox = last; ox < g.ow; ++ox) scalar(ox);
+}
+
+}  // namespace
+
+KILN_TARGET_AVX2 void max_pool_planes(const Pool2dGeometry& g, const float* x, float* y,
+                                      int64_t begin, int64_t end, float* rows) {
+  // A max over a rectangle is the max over its rows of each row's max: the row maxima of a plane
+  // first (each input row serves every window that covers it), then the maxima down the columns.
+  // Ties keep the earliest value in row-major order, as the reference does.
+  for (int64_t p = begin; p < end; ++p) {
+    const float* plane = x + p * g.h * g.w;
+    for (int64_t iy = 0; iy < g.h; ++iy) row_maxima(g, plane + iy * g.w, rows + iy * g.ow);
+    float* y_plane = y + p * g.oh * g.ow;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ox += 8) {
+        const __m256i mask = tail_mask(std::min<int64_t>(8, g.ow - ox));
+        NanMax m;
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
+          if (iy >= 0 && iy < g.h) m.add(_mm256_maskload_ps(rows + iy * g.ow + ox, mask));
+        }
+        _mm256_maskstore_ps(y_plane + oy * g.ow + ox, mask, m.result());
+      }
+    }
+  }
+}
+
+}  // namespace kiln::cpu::avx2
+#endif

@@ -1,0 +1,65 @@
+// 2-D average pooling through oneDNN's pooling, forward inference, on plain NCHW f32.
+#include <unordered_map>
+
+#include "kernels/cpu/library_threads.h"
+#include "kernels/cpu/onednn_util.h"
+#include "kernels/cpu/pooling.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+dnnl::algorithm onednn_algorithm(PoolAlgorithm algorithm) {
+  switch (algorithm) {
+    case PoolAlgorithm::AvgIncludePadding: return dnnl::algorithm::pooling_avg_include_padding;
+    case PoolAlgorithm::AvgExcludePadding: return dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  KILN_ASSERT(false, "unknown pooling algorithm");
+}
+
+class OneDnnPool2d final : public KernelInstance {
+ public:
+  OneDnnPool2d(const Pool2dGeometry& g, PoolAlgorithm algorithm, const KernelSpec& spec)
+      : threads_(spec.threads) {
+    LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
+    src_desc_ = plain_f32_desc({g.n, g.c, g.h, g.w});
+    dst_desc_ = plain_f32_desc({g.n, g.c, g.oh, g.ow});
+    dnnl::pooling_forward::desc desc(
+        dnnl::prop_kind::forward_inference, onednn_algorithm(algorithm), src_desc_, dst_desc_,
+        {g.stride_h, g.stride_w}, {g.kh, g.kw}, {g.pad_h, g.pad_w},
+        {g.reach_bottom, g.reach_right});
+    dnnl::pooling_forward::primitive_desc pd(desc, user_scratchpad_attr(), onednn_engine());
+    primitive_ = dnnl::pooling_forward(pd);
+    scratchpad_desc_ = pd.scratchpad_desc();
+  }
+
+  size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
+
+  void run(std::span<const void* const> inputs, std::span<void* const> outputs,
+           void* scratch) const override {
+    LibraryThreads scope(threads_);
+    const dnnl::engine& engine = onednn_engine();
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, const_cast<void*>(inputs[0]))},
+        {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, outputs[0])},
+        {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
+    dnnl::stream& stream = onednn_stream();
+    primitive_.execute(stream, args);
+    stream.wait();
+  }
+
+ private:
+  int threads_;
+  dnnl::memory::desc src_desc_, dst_desc_, scratchpad_desc_;
+  dnnl::pooling_forward primitive_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelInstance> create_onednn_pool2d(const Pool2dGeometry& g,
+                                                     PoolAlgorithm algorithm,
+                                                     const KernelSpec& spec) {
+  return std::make_unique<OneDnnPool2d>(g, algorithm, spec);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,520 @@
+#include "kernels/cpu/reduction_avx2.h"
+
+#ifdef KILN_X86
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/vec_math_avx2.h"
+
+// One pass = one accumulator policy (the Acc structs) run over one item (a Row, or a Strip of
+// adjacent columns) by the same blocked pairwise driver; each op is a short recipe of passes
+// (reduce_item). Every function that touches vector values carries KILN_TARGET_AVX2.
+namespace kiln::cpu::avx2 {
+
+namespace {
+
+#define KILN_AVX2_INLINE KILN_TARGET_AVX2 inline
+
+KILN_AVX2_INLINE __m256 all_lanes() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
+KILN_AVX2_INLINE __m256d low_half(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+KILN_AVX2_INLINE __m256d high_half(__m256 v) {
+  return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
+// A lane mask of 8 f32 lanes, as the masks of the 4 f64 lanes of its low or high half.
+KILN_AVX2_INLINE __m256d low_mask(__m256 m) {
+  return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(_mm256_castps_si256(m))));
+}
+KILN_AVX2_INLINE __m256d high_mask(__m256 m) {
+  return _mm256_castsi256_pd(
+      _mm256_cvtepi32_epi64(_mm256_extracti128_si256(_mm256_castps_si256(m), 1)));
+}
+KILN_AVX2_INLINE __m256 from_doubles(const double* lanes) {
+  return _mm256_set_m128(_mm256_cvtpd_ps(_mm256_loadu_pd(lanes + 4)),
+                         _mm256_cvtpd_ps(_mm256_loadu_pd(lanes)));
+}
+KILN_AVX2_INLINE void store_doubles(__m256 v, double* lanes) {
+  _mm256_storeu_pd(lanes, low_half(v));
+  _mm256_storeu_pd(lanes + 4, high_half(v));
+}
+
+// exp(x - shift) with the rounding error of the subtraction carried into exp (TwoSum): x - shift
+// reaches -100 before exp underflows, and its rounding would cost many ULP of the term.
+KILN_AVX2_INLINE __m256 exp_minus(__m256 x, __m256 shift) {
+  const __m256 neg_shift = _mm256_xor_ps(shift, splat(-0.0f));
+  const __m256 d = _mm256_add_ps(x, neg_shift);
+  const __m256 b = _mm256_sub_ps(d, x);
+  const __m256 err =
+      _mm256_add_ps(_mm256_sub_ps(x, _mm256_sub_ps(d, b)), _mm256_sub_ps(neg_shift, b));
+  return exp_hilo(d, err);
+}
+
+// ---------------------------------------------------------------- accumulator policies
+//
+// Each Acc accumulates 8 lanes: zero() is the empty result, add() takes one vector of x (with
+// kMasked, only the lanes set in `keep`: a row's tail), merge() joins two partial results,
+// store() writes the 8 lanes as doubles and merge_lanes() joins two lanes (a row's 8 lanes are
+// one result). Param is what the pass depends on per lane (a shift, a mean), made by param()
+// from 8 per-lane doubles.
+
+struct NoParam {};
+
+// f32 sums: the blocked pairwise tree bounds the error (reduction_avx2.h).
+struct SumAcc {
+  using Param = NoParam;
+  __m256 s;
+  static Param param(const double*) { return {}; }
+  KILN_AVX2_INLINE static SumAcc zero() { return {_mm256_setzero_ps()}; }
+  template <bool kMasked>
+  KILN_AVX2_INLINE void add(__m256 x, __m256 keep, const Param&) {
+    if constexpr (kMasked) x = _mm256_and_ps(x, keep);
+    s = _mm256_add_ps(s, x);
+  }
+  KILN_AVX2_INLINE static SumAcc merge(const SumAcc& a, const SumAcc& b) {
+    return {_mm256_add_ps(a.s, b.s)};
+  }
+  KILN_AVX2_INLINE void store(double* lanes) const { store_doubles(s, lanes); }
+  static double merge_lanes(double a, double b) { return a + b; }
+};
+
+// Sums of exp(x - shift), the shift per lane.
+struct ExpSumAcc {
+  struct Param {
+    __m256 shift;
+  };
+  __m256 s;
+  KILN_AVX2_INLINE static Param param(const double* lanes) { return {from_doubles(lanes)}; }
+  KILN_AVX2_INLINE static ExpSumAcc zero() { return {_mm256_setzero_ps()}; }
+  template <bool kMasked>
+  KILN_AVX2_INLINE void add(__m256 x, __m256 keep, const Param& p) {
+    __m256 e = exp_minus(x, p.shift);
+    if constexpr (kMasked) e = _mm256_and_ps(e, keep);
+    s = _mm256_add_ps(s, e);
+  }
+  KILN_AVX2_INLINE static ExpSumAcc merge(const ExpSumAcc& a, const ExpSumAcc& b) {
+    return {_mm256_add_ps(a.s, b.s)};
+  }
+  KILN_AVX2_INLINE void store(double* lanes) const { store_doubles(s, lanes); }
+  static double merge_lanes(double a, double b) { return a + b; }
+};
+
+// Maximum (kMax) or minimum; a NaN anywhere makes the result NaN, as in PyTorch.
+template <bool kMax>
+struct ExtremumAcc {
+  using Param = NoParam;
+  __m256 m;
+  static Param param(const double*) { return {}; }
+  KILN_AVX2_INLINE static ExtremumAcc zero() { return {splat(kMax ? -INFINITY : INFINITY)}; }
+  // max_ps and min_ps return their second operand when either is NaN, which takes x's NaN;
+  // the blend keeps a NaN already taken.
+  KILN_AVX2_INLINE static __m256 pick(__m256 acc, __m256 x) {
+    const __m256 best = kMax ? _mm256_max_ps(acc, x) : _mm256_min_ps(acc, x);
+    return _mm256_blendv_ps(best, acc, _mm256_cmp_ps(acc, acc, _CMP_UNORD_Q));
+  }
+  template <bool kMasked>
+  KILN_AVX2_INLINE void add(__m256 x, __m256 keep, const Param&) {
+    if constexpr (kMasked) x = _mm256_blendv_ps(zero().m, x, keep);
+    m = pick(m, x);
+  }
+  KILN_AVX2_INLINE static ExtremumAcc merge(const ExtremumAcc& a, const ExtremumAcc& b) {
+    return {pick(a.m, b.m)};
+  }
+  KILN_AVX2_INLINE void store(double* lanes) const { store_doubles(m, lanes); }
+  static double merge_lanes(double a, double b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+    return kMax ? std::max(a, b) : std::min(a, b);
+  }
+};
+
+// f64 sums of x (var's mean).
+struct DoubleSumAcc {
+  using Param = NoParam;
+  __m256d lo, hi;
+  static Param param(const double*) { return {}; }
+  KILN_AVX2_INLINE static DoubleSumAcc zero() {
+    return {_mm256_setzero_pd(), _mm256_setzero_pd()};
+  }
+  template <bool kMasked>
+  KILN_AVX2_INLINE void add(__m256 x, __m256 keep, const Param&) {
+    if constexpr (kMasked) x = _mm256_and_ps(x, keep);
+    lo = _mm256_add_pd(lo, low_half(x));
+    hi = _mm256_add_pd(hi, high_half(x));
+  }
+  KILN_AVX2_INLINE static DoubleSumAcc merge(const DoubleSumAcc& a, const DoubleSumAcc& b) {
+    return {_mm256_add_pd(a.lo, b.lo), _mm256_add_pd(a.hi, b.hi)};
+  }
+  KILN_AVX2_INLINE void store(double* lanes) const {
+    _mm256_storeu_pd(lanes, lo);
+    _mm256_storeu_pd(lanes + 4, hi);
+  }
+  static double merge_lanes(double a, double b) { return a + b; }
+};
+
+// f64 sums of (x - mean)^2, the mean per lane.
+struct SquaredDeviationAcc {
+  struct Param {
+    __m256d lo, hi;
+  };
+  __m256d lo, hi;
+  KILN_AVX2_INLINE static Param param(const double* lanes) {
+    return {_mm256_loadu_pd(lanes), _mm256_loadu_pd(lanes + 4)};
+  }
+  KILN_AVX2_INLINE static SquaredDeviationAcc zero() {
+    return {_mm256_setzero_pd(), _mm256_setzero_pd()};
+  }
+  template <bool kMasked>
+  KILN_AVX2_INLINE void add(__m256 x, __m256 keep, const Param& mean) {
+    __m256d d_lo = _mm256_sub_pd(low_half(x), mean.lo);
+    __m256d d_hi = _mm256_sub_pd(high_half(x), mean.hi);
+    if constexpr (kMasked) {
+      d_lo = _mm256_and_pd(d_lo, low_mask(keep));
+      d_hi = _mm256_and_pd(d_hi, high_mask(keep));
+    }
+    lo = _mm256_fmadd_pd(d_lo, d_lo, lo);
+    hi = _mm256_fmadd_pd(d_hi, d_hi, hi);
+  }
+  KILN_AVX2_INLINE static SquaredDeviationAcc merge(const SquaredDeviationAcc& a,
+                                                    const SquaredDeviationAcc& b) {
+    return {_mm256_add_pd(a.lo, b.lo), _mm256_add_pd(a.hi, b.hi)};
+  }
+  KILN_AVX2_INLINE void store(double* lanes) const {
+    _mm256_storeu_pd(lanes, lo);
+    _mm256_storeu_pd(lanes + 4, hi);
+  }
+  static double merge_lanes(double a, double b) { return a + b; }
+};
+
+// ---------------------------------------------------------------- the pairwise tree
+
+// Partial results (one per block, in order) merged along a fixed pairwise tree: like a binary
+// counter, at most one node per level is pending. A run of 2^j blocks starting at a multiple of
+// 2^j becomes one node of level j whichever thread computed it, so pushing the nodes of such runs
+// in order rebuilds exactly the tree of a serial pass.
+template <class Acc, int V>
+struct PairwiseTree {
+  using Partial = std::array<Acc, V>;
+  std::array<Partial, 64> nodes;
+  std::array<int, 64> levels;
+  int size = 0;
+
+  KILN_AVX2_INLINE static Partial merge(const Partial& a, const Partial& b) {
+    Partial r;
+    for (int j = 0; j < V; ++j) r[j] = Acc::merge(a[j], b[j]);
+    return r;
+  }
+  KILN_AVX2_INLINE void push(Partial node, int level) {
+    while (size > 0 && levels[size - 1] == level) {
+      node = merge(nodes[--size], node);
+      ++level;
+    }
+    nodes[size] = node;
+    levels[size++] = level;
+  }
+  KILN_AVX2_INLINE Partial total() const {
+    Partial r;
+    if (size == 0) {
+      r.fill(Acc::zero());
+      return r;
+    }
+    r = nodes[size - 1];
+    for (int i = size - 2; i >= 0; --i) r = merge(nodes[i], r);
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------- items
+
+constexpr int64_t kRowBlock = 256;   // elements: 4 accumulators x 8 vectors x 8 lanes
+constexpr int64_t kStripBlock = 8;   // steps down the columns
+constexpr int64_t kStripWidth = 32;  // columns of a strip: 4 vectors
+
+// One block of a row: vector v goes to accumulator v % 4 (independent chains), a partial last
+// vector masked.
+template <class Acc>
+KILN_TARGET_AVX2 Acc row_block(const float* x, int64_t count, const typename Acc::Param& p) {
+  Acc a0 = Acc::zero(), a1 = Acc::zero(), a2 = Acc::zero(), a3 = Acc::zero();
+  const __m256 all = all_lanes();
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    a0.template add<false>(_mm256_loadu_ps(x + i), all, p);
+    a1.template add<false>(_mm256_loadu_ps(x + i + 8), all, p);
+    a2.template add<false>(_mm256_loadu_ps(x + i + 16), all, p);
+    a3.template add<false>(_mm256_loadu_ps(x + i + 24), all, p);
+  }
+  auto rest = [&](Acc& acc) KILN_TARGET_AVX2 {
+    if (i >= count) return;
+    if (count - i >= 8) {
+      acc.template add<false>(_mm256_loadu_ps(x + i), all, p);
+    } else {
+      const __m256i mask = tail_mask(count - i);
+      acc.template add<true>(_mm256_maskload_ps(x + i, mask), _mm256_castsi256_ps(mask), p);
+    }
+    i += 8;
+  };
+  rest(a0);
+  rest(a1);
+  rest(a2);
+  rest(a3);
+  return Acc::merge(Acc::merge(a0, a1), Acc::merge(a2, a3));
+}
+
+// n contiguous elements reduced to one result.
+struct Row {
+  static constexpr int kVectors = 1;
+  static constexpr int64_t kStepElements = 1;  // elements per step of n
+  static constexpr int64_t kBlockElements = kRowBlock;
+  const float* x;
+  int64_t n;
+
+  int64_t blocks() const { return (n + kRowBlock - 1) / kRowBlock; }
+  int lanes() const { return 1; }
+
+  template <class Acc>
+  KILN_TARGET_AVX2 std::array<typename Acc::Param, 1> params(const double* lane_values) const {
+    double lanes[8];
+    std::fill(lanes, lanes + 8, lane_values ? lane_values[0] : 0.0);
+    return {Acc::param(lanes)};
+  }
+  template <class Acc>
+  KILN_TARGET_AVX2 std::array<Acc, 1> block(int64_t b,
+                                            const std::array<typename Acc::Param, 1>& p) const {
+    const int64_t begin = b * kRowBlock;
+    return {row_block<Acc>(x + begin, std::min(kRowBlock, n - begin), p[0])};
+  }
+  // The 8 lanes joined pairwise in f64 into out[0].
+  template <class Acc>
+  KILN_TARGET_AVX2 void results(const std::array<Acc, 1>& partial, double* out) const {
+    double l[8];
+    partial[0].store(l);
+    auto m = Acc::merge_lanes;
+    out[0] = m(m(m(l[0], l[1]), m(l[2], l[3])), m(m(l[4], l[5]), m(l[6], l[7])));
+  }
+  // y[i] = x[i] - c[0], in f64 and rounded once, over elements [begin, end).
+  KILN_TARGET_AVX2 void subtract(const double* c, float* y, int64_t begin, int64_t end) const {
+    const __m256d shift = _mm256_set1_pd(c[0]);
+    auto shifted = [&](__m256 v) KILN_TARGET_AVX2 {
+      return _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(high_half(v), shift)),
+                             _mm256_cvtpd_ps(_mm256_sub_pd(low_half(v), shift)));
+    };
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) _mm256_storeu_ps(y + i, shifted(_mm256_loadu_ps(x + i)));
+    if (i < end) {
+      const __m256i mask = tail_mask(end - i);
+      _mm256_maskstore_ps(y + i, mask, shifted(_mm256_maskload_ps(x + i, mask)));
+    }
+  }
+};
+
+// `width` (1..32) adjacent columns, V = ceil(width / 8) vectors, each of n steps `stride` apart;
+// the last vector masked when kMaskLast. Lanes never mix: each is one result.
+template <int V, bool kMaskLast>
+struct Strip {
+  static constexpr int kVectors = V;
+  static constexpr int64_t kStepElements = 8 * V;
+  static constexpr int64_t kBlockElements = kStripBlock * kStepElements;
+  const float* x;
+  int64_t n, stride, width;
+
+  int64_t blocks() const { return (n + kStripBlock - 1) / kStripBlock; }
+  int lanes() const { return static_cast<int>(width); }
+
+  KILN_AVX2_INLINE __m256i last_mask() const { return tail_mask(width - 8 * (V - 1)); }
+  KILN_AVX2_INLINE __m256 load(const float* p, int j, __m256i mask) const {
+    return kMaskLast && j == V - 1 ? _mm256_maskload_ps(p + 8 * j, mask)
+                                   : _mm256_loadu_ps(p + 8 * j);
+  }
+
+  template <class Acc>
+  KILN_TARGET_AVX2 std::array<typename Acc::Param, V> params(const double* lane_values) const {
+    static const double zeros[8] = {};
+    std::array<typename Acc::Param, V> p;
+    for (int j = 0; j < V; ++j) p[j] = Acc::param(lane_values ? lane_values + 8 * j : zeros);
+    return p;
+  }
+  template <class Acc>
+  KILN_TARGET_AVX2 std::array<Acc, V> block(int64_t b,
+                                            const std::array<typename Acc::Param, V>& p) const {
+    std::array<Acc, V> a;
+    a.fill(Acc::zero());
+    const __m256i mask = last_mask();
+    const __m256 all = all_lanes();
+    const int64_t steps = std::min(kStripBlock, n - b * kStripBlock);
+    const float* row = x + b * kStripBlock * stride;
+    for (int64_t k = 0; k < steps; ++k, row += stride)
+      for (int j = 0; j < V; ++j) a[j].template add<false>(load(row, j, mask), all, p[j]);
+    return a;
+  }
+  template <class Acc>
+  KILN_TARGET_AVX2 void results(const std::array<Acc, V>& partial, double* out) const {
+    for (int j = 0; j < V; ++j) partial[j].store(out + 8 * j);
+  }
+  // y[k, c] = x[k, c] - lane c's shift, in f64 and rounded once, for steps [begin, end).
+  KILN_TARGET_AVX2 void subtract(const double* c, float* y, int64_t begin, int64_t end) const {
+    const __m256i mask = last_mask();
+    for (int64_t k = begin; k < end; ++k) {
+      for (int j = 0; j < V; ++j) {
+        const __m256 v = load(x + k * stride, j, mask);
+        const __m256 r = _mm256_set_m128(
+            _mm256_cvtpd_ps(_mm256_sub_pd(high_half(v), _mm256_loadu_pd(c + 8 * j + 4))),
+            _mm256_cvtpd_ps(_mm256_sub_pd(low_half(v), _mm256_loadu_pd(c + 8 * j))));
+        float* out = y + k * stride + 8 * j;
+        if (kMaskLast && j == V - 1) _mm256_maskstore_ps(out, mask, r);
+        else _mm256_storeu_ps(out, r);
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------- passes
+
+template <class Acc, class Item, class Params, class Tree>
+KILN_TARGET_AVX2 void pass_blocks(const Item& item, int64_t begin, int64_t end,
+                                  const Params& params, Tree& tree) {
+  for (int64_t b = begin; b < end; ++b) tree.push(item.template block<Acc>(b, params), 0);
+}
+
+// One pass of Acc over the item, its lanes set up from lane_params (null: none); writes one
+// result per lane to out. With split > 1 the blocks are shared out in runs of 2^j blocks (about
+// 2 to 4 runs per thread), whose trees join into the serial pass's tree.
+template <class Acc, class Item>
+KILN_TARGET_AVX2 void reduce_lanes(const Item& item, const double* lane_params, int split,
+                                   double* out) {
+  using Tree = PairwiseTree<Acc, Item::kVectors>;
+  const auto params = item.template params<Acc>(lane_params);
+  const int64_t blocks = item.blocks();
+  Tree tree;
+  if (split <= 1) {
+    pass_blocks<Acc>(item, 0, blocks, params, tree);
+  } else {
+    int64_t run = 1;
+    while (run * 4 * split < blocks) run *= 2;
+    const int64_t runs = (blocks + run - 1) / run;
+    // Aligned by hand: vector types are 32-byte aligned only in code compiled for AVX, and
+    // std::allocator is not.
+    std::vector<std::byte> storage(static_cast<size_t>(runs) * sizeof(Tree) + alignof(Tree));
+    void* start = storage.data();
+    size_t space = storage.size();
+    Tree* trees = static_cast<Tree*>(
+        std::align(alignof(Tree), static_cast<size_t>(runs) * sizeof(Tree), start, space));
+    for (int64_t r = 0; r < runs; ++r) new (trees + r) Tree();
+    parallel_chunks(runs, run * Item::kBlockElements, split, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        pass_blocks<Acc>(item, r * run, std::min(blocks, (r + 1) * run), params, trees[r]);
+    });
+    for (int64_t r = 0; r < runs; ++r)
+      for (int i = 0; i < trees[r].size; ++i) tree.push(trees[r].nodes[i], trees[r].levels[i]);
+  }
+  item.results(tree.total(), out);
+}
+
+// The recipe of each op over one item: y is its first result (a reduction) or its first element
+// (log_softmax, which has x's layout).
+template <class Item>
+KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item, float* y,
+                                  double correction, int split) {
+  double a[kStripWidth], b[kStripWidth];
+  const int lanes = item.lanes();
+  const double n = static_cast<double>(item.n);
+  auto store = [&](auto value) {
+    for (int l = 0; l < lanes; ++l) y[l] = static_cast<float>(value(l));
+  };
+  switch (op) {
+    case VectorReduction::Sum:
+      reduce_lanes<SumAcc>(item, nullptr, split, a);
+      return store([&](int l) { return a[l]; });
+    case VectorReduction::Mean:
+      reduce_lanes<SumAcc>(item, nullptr, split, a);
+      return store([&](int l) { return a[l] / n; });
+    case VectorReduction::Amax:
+      reduce_lanes<ExtremumAcc<true>>(item, nullptr, split, a);
+      return store([&](int l) { return a[l]; });
+    case VectorReduction::Amin:
+      reduce_lanes<ExtremumAcc<false>>(item, nullptr, split, a);
+      return store([&](int l) { return a[l]; });
+    case VectorReduction::Var:
+    case VectorReduction::Std: {
+      reduce_lanes<DoubleSumAcc>(item, nullptr, split, a);
+      for (int l = 0; l < lanes; ++l) a[l] /= n;
+      reduce_lanes<SquaredDeviationAcc>(item, a, split, b);
+      const double divisor = std::max(0.0, n - correction);
+      const bool root = op == VectorReduction::Std;
+      return store([&](int l) {
+        const double var = b[l] / divisor;
+        return root ? std::sqrt(var) : var;
+      });
+    }
+    case VectorReduction::LogSumExp:
+      reduce_lanes<ExtremumAcc<true>>(item, nullptr, split, a);
+      // PyTorch's: an infinite maximum shifts nothing (all -inf gives -inf, a +inf gives +inf).
+      for (int l = 0; l < lanes; ++l)
+        if (std::isinf(a[l])) a[l] = 0;
+      reduce_lanes<ExpSumAcc>(item, a, split, b);
+      return store([&](int l) { return a[l] + std::log(b[l]); });
+    case VectorReduction::LogSoftmax:
+      reduce_lanes<ExtremumAcc<true>>(item, nullptr, split, a);
+      reduce_lanes<ExpSumAcc>(item, a, split, b);
+      for (int l = 0; l < lanes; ++l) a[l] += std::log(b[l]);
+      parallel_chunks(item.n, Item::kStepElements, split,
+                      [&](int64_t begin, int64_t end) { item.subtract(a, y, begin, end); });
+      return;
+  }
+}
+
+void reduce_strip(VectorReduction op, const float* x, float* y, int64_t n, int64_t stride,
+                  int64_t width, double correction, int split) {
+  auto run = [&]<int V>() {
+    if (width % 8) reduce_item(op, Strip<V, true>{x, n, stride, width}, y, correction, split);
+    else reduce_item(op, Strip<V, false>{x, n, stride, width}, y, correction, split);
+  };
+  switch ((width + 7) / 8) {
+    case 1: return run.template operator()<1>();
+    case 2: return run.template operator()<2>();
+    case 3: return run.template operator()<3>();
+    default: return run.template operator()<4>();
+  }
+}
+
+// Calls run(item, split) for each item: over the threads when there are enough items, else one
+// item at a time with each pass split over the threads (a sum over all of a large tensor).
+template <class Run>
+void for_items(int64_t items, int64_t work_per_item, int threads, const Run& run) {
+  if (threads > 1 && items < threads && work_per_item >= 2 * kParallelMinWork) {
+    for (int64_t i = 0; i < items; ++i) run(i, threads);
+    return;
+  }
+  parallel_chunks(items, work_per_item, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) run(i, 1);
+  });
+}
+
+}  // namespace
+
+void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
+            int threads) {
+  if (e.outer <= 0 || e.inner <= 0) return;
+  // log_softmax writes x's layout, the reductions one value per (outer, inner).
+  const int64_t out_step = op == VectorReduction::LogSoftmax ? e.n : 1;
+  if (e.inner == 1) {
+    for_items(e.outer, e.n, threads, [&](int64_t r, int split) {
+      reduce_item(op, Row{x + r * e.n, e.n}, y + r * out_step, correction, split);
+    });
+    return;
+  }
+  const int64_t strips = (e.inner + kStripWidth - 1) / kStripWidth;
+  for_items(e.outer * strips, e.n * std::min(e.inner, kStripWidth), threads,
+            [&](int64_t item, int split) {
+              const int64_t o = item / strips, column = (item % strips) * kStripWidth;
+              reduce_strip(op, x + o * e.n * e.inner + column,
+                           y + o * out_step * e.inner + column, e.n, e.inner,
+                           std::min(kStripWidth, e.inner - column), correction, split);
+            });
+}
+
+}  // namespace kiln::cpu::avx2
+
+#endif  // KILN_X86

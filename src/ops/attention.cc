@@ -1,0 +1,182 @@
+// scaled_dot_product_attention: torch.nn.functional.scaled_dot_product_attention at inference
+// (no dropout; enable_gqa is not supported).
+//
+//   scaled_dot_product_attention(q [..., L, E], k [..., S, E], v [..., S, Ev], [attn_mask];
+//                                is_causal = false, scale = 0.0) -> [..., L, Ev]
+//     batch dims of q, k and v broadcast; attn_mask (bool: true = attend; or q's dtype: added
+//     to the scores) broadcasts to [..., L, S] without enlarging it. is_causal masks key j for
+//     query i when j > i (top-left aligned, as PyTorch), combined with attn_mask when both are
+//     given. scale = 0.0 means unset: 1/sqrt(E), PyTorch's default.
+//
+// A query row that attends no key (every key masked) gives zeros, as PyTorch does on the CPU.
+//
+// Kernels, best first: the fused flash-attention kernel (f32, AVX2+FMA; kernels/cpu/
+// attention.cc), then the reference (f32, f64), which computes each row's scores, softmax and
+// weighted sum in double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/parallel_chunks.h"
+#include "ops/op_registry.h"
+
+namespace kiln {
+
+namespace {
+
+using cpu::AttentionGeometry;
+using cpu::AttentionMask;
+
+void infer_attention(InferContext& ctx) {
+  ctx.check(ctx.num_inputs() >= 3 && ctx.num_inputs() <= 4,
+            "takes q, k, v and at most one attn_mask, got " + std::to_string(ctx.num_inputs()) +
+                " inputs");
+  const TensorType& q = ctx.input(0);
+  const TensorType& k = ctx.input(1);
+  const TensorType& v = ctx.input(2);
+  ctx.check(q.dtype == DType::F32 || q.dtype == DType::F64,
+            "q, k and v must be f32 or f64, not " + std::string(dtype_name(q.dtype)) +
+                "; insert a cast");
+  ctx.check(k.dtype == q.dtype && v.dtype == q.dtype,
+            "q, k and v must have the same dtype; insert a cast");
+  ctx.check(q.rank() >= 2 && k.rank() >= 2 && v.rank() >= 2,
+            "q, k and v need at least two dims each ([..., L, E], [..., S, E], [..., S, Ev])");
+  const double scale = ctx.attr_float("scale");
+  ctx.check(std::isfinite(scale), "scale must be finite (0.0 means 1/sqrt(E))");
+
+  auto batch_of = [](const TensorType& t) { return Shape(t.shape.begin(), t.shape.end() - 2); };
+  ctx.unify(q.shape.back(), k.shape.back(), "q's and k's last dims (E)");
+  Dim s = ctx.unify(k.shape[k.rank() - 2], v.shape[v.rank() - 2],
+                    "k's and v's second-last dims (S, the number of keys)");
+  Dim l = q.shape[q.rank() - 2];
+  Shape batch = ctx.broadcast(ctx.broadcast(batch_of(q), batch_of(k)), batch_of(v));
+
+  if (ctx.num_inputs() == 4) {
+    const TensorType& mask = ctx.input(3);
+    ctx.check(mask.dtype == DType::Bool || mask.dtype == q.dtype,
+              "attn_mask must be bool (true = attend) or " + std::string(dtype_name(q.dtype)) +
+                  " (added to the scores), not " + std::string(dtype_name(mask.dtype)));
+    // Each mask dim is 1 (broadcast) or the score matrix's [..., L, S] dim there.
+    Shape scores = batch;
+    scores.push_back(l);
+    scores.push_back(s);
+    ctx.check(mask.rank() <= scores.size(),
+              "attn_mask " + shape_string(mask.shape, &ctx.symbols()) +
+                  " has more dims than the scores " + shape_string(scores, &ctx.symbols()));
+    const size_t lead = scores.size() - mask.rank();
+    for (size_t d = 0; d < mask.rank(); ++d) {
+      const Dim m = mask.shape[d];
+      if (m.is_static() && m.size() == 1) continue;
+      scores[lead + d] = ctx.unify(
+          scores[lead + d], m,
+          "attn_mask " + shape_string(mask.shape, &ctx.symbols()) +
+              " must broadcast to the scores " + shape_string(scores, &ctx.symbols()) +
+              " without enlarging them: dims");
+    }
+    batch.assign(scores.begin(), scores.end() - 2);
+    l = scores[scores.size() - 2];
+  }
+  Shape out = batch;
+  out.push_back(l);
+  out.push_back(v.shape.back());
+  ctx.set_output(0, TensorType{q.dtype, out, Layout::Plain});
+}
+
+template <typename T>
+using Wide = std::conditional_t<std::is_same_v<T, float>, double, T>;
+
+// One query row: out = sum_j p_j v_j / sum_j p_j, p_j = exp(x_j - max x), over the attended
+// keys (x_j > -inf). x_j = q.k_j * scale + mask_j, accumulated in Wide<T> and rounded to T as the
+// score tensor of PyTorch's math backend is (a score that overflows T becomes inf there too).
+template <typename T>
+void reference_row(const AttentionGeometry& g, const T* q, const T* k, const T* v,
+                   const void* mask_row, int64_t query, std::vector<Wide<T>>& weights,
+                   std::vector<Wide<T>>& acc, T* out) {
+  using W = Wide<T>;
+  constexpr W kNegInf = -std::numeric_limits<W>::infinity();
+  W max = kNegInf;
+  for (int64_t j = 0; j < g.s; ++j) {
+    const int64_t m = j * g.mask_col_stride;
+    bool attended = !g.causal || j <= query;
+    if (g.mask == AttentionMask::Bool)
+      attended = attended && static_cast<const uint8_t*>(mask_row)[m] != 0;
+    if (!attended) {
+      weights[j] = kNegInf;
+      continue;
+    }
+    W dot = 0;
+    for (int64_t e = 0; e < g.e; ++e) dot += W(q[e]) * W(k[j * g.e + e]);
+    W x = dot * W(g.scale);
+    if (g.mask == AttentionMask::Additive) x += W(static_cast<const T*>(mask_row)[m]);
+    weights[j] = W(T(x));
+    if (std::isnan(weights[j]) || weights[j] > max) max = weights[j];  // a NaN stays
+  }
+  std::fill(acc.begin(), acc.end(), W(0));
+  W sum = 0;
+  if (max != kNegInf) {
+    for (int64_t j = 0; j < g.s; ++j) {
+      if (weights[j] == kNegInf) continue;
+      const W p = std::exp(weights[j] - max);
+      sum += p;
+      for (int64_t c = 0; c < g.ev; ++c) acc[c] += p * W(v[j * g.ev + c]);
+    }
+  }
+  for (int64_t c = 0; c < g.ev; ++c) out[c] = sum == 0 ? T(0) : T(acc[c] / sum);
+}
+
+template <typename T>
+std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
+  return make_kernel([g = cpu::make_attention_geometry(spec), threads = spec.threads](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    const T* q = static_cast<const T*>(in[0]);
+    const T* k = static_cast<const T*>(in[1]);
+    const T* v = static_cast<const T*>(in[2]);
+    const auto* mask = g.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]);
+    const size_t mask_element = g.mask == AttentionMask::Bool ? 1 : sizeof(T);
+    T* y = static_cast<T*>(out[0]);
+    cpu::parallel_chunks(
+        g.batch_count() * g.l, g.s * (g.e + g.ev), threads, [&](int64_t begin, int64_t end) {
+          std::vector<Wide<T>> weights(static_cast<size_t>(g.s)), acc(static_cast<size_t>(g.ev));
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t b = row / g.l, i = row % g.l;
+            const void* mask_row =
+                mask ? mask + static_cast<size_t>(g.mask_offsets[b] + i * g.mask_row_stride) *
+                                  mask_element
+                     : nullptr;
+            reference_row(g, q + g.q_offsets[b] + i * g.e, k + g.k_offsets[b],
+                          v + g.v_offsets[b], mask_row, i, weights, acc, y + row * g.ev);
+          }
+        });
+  });
+}
+
+#ifdef KILN_X86
+std::string flash_unsupported(const KernelSpec& spec) {
+  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+}
+#endif
+
+}  // namespace
+
+void register_attention_ops(OpRegistry& registry) {
+  OpDef def;
+  def.name = "scaled_dot_product_attention";
+  def.inputs = {{"q"}, {"k"}, {"v"}, {"attn_mask", true}};
+  def.attrs = {{"is_causal", false}, {"scale", 0.0}};
+  def.infer = infer_attention;
+#ifdef KILN_X86
+  def.kernels.push_back({"flash", "native", flash_unsupported, cpu::create_flash_attention});
+#endif
+  def.kernels.push_back({"reference", "native", [](const KernelSpec&) { return std::string(); },
+                         [](const KernelSpec& spec) {
+                           return spec.inputs[0].dtype == DType::F32
+                                      ? create_reference<float>(spec)
+                                      : create_reference<double>(spec);
+                         }});
+  registry.add(std::move(def));
+}
+
+}  // namespace kiln

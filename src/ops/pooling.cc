@@ -1,0 +1,478 @@
+// Pooling over the last two dims of [N, C, H, W] or [C, H, W]: PyTorch's max_pool2d, avg_pool2d
+// and adaptive_avg_pool2d.
+//
+//   max_pool2d(x; kernel_size, stride = [] (= kernel_size), padding = [0], dilation = [1],
+//              ceil_mode = false)
+//   avg_pool2d(x; kernel_size, stride = [], padding = [0], ceil_mode = false,
+//              count_include_pad = true, divisor_override = 0 (none))
+//   adaptive_avg_pool2d(x; output_size)
+//
+// Size attributes take [h, w] or one value for both. Windows follow PyTorch exactly: padding at
+// most half the (dilated) window, ceil_mode's last window kept only when it starts inside the
+// input or the left padding, count_include_pad counting the declared padding but not what
+// ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
+//
+// Kernels, best first: AVX2 max pooling (f32; oneDNN's drops NaNs), oneDNN average pooling
+// (f32), the AVX2 global average (adaptive to 1x1, f32), then the reference loops (every dtype
+// PyTorch takes; f32 sums in double).
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cpu/channel_stats_avx2.h"
+#include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/pooling.h"
+#include "ops/op_registry.h"
+#include "ops/window_dims.h"
+
+namespace kiln {
+
+namespace {
+
+using cpu::Pool2dGeometry;
+using cpu::PoolAlgorithm;
+
+// Calls fn(T{}) with T the C++ type of `dtype`, one of the dtypes pooling takes.
+template <typename Fn>
+auto visit_dtype(DType dtype, Fn fn) {
+  switch (dtype) {
+    case DType::F32: return fn(float{});
+    case DType::F64: return fn(double{});
+    case DType::I64: return fn(int64_t{});
+    case DType::I32: return fn(int32_t{});
+    case DType::I16: return fn(int16_t{});
+    case DType::I8: return fn(int8_t{});
+    case DType::U8: return fn(uint8_t{});
+    default: KILN_ASSERT(false, "pooling has no kernel for " << dtype_name(dtype));
+  }
+}
+
+// ---------------------------------------------------------------- attributes and inference
+
+// [h, w] from a list of one or two values, or `fallback` for an empty list.
+std::array<int64_t, 2> pair_of(const std::vector<int64_t>& v, std::array<int64_t, 2> fallback) {
+  if (v.empty()) return fallback;
+  return {v[0], v.size() == 1 ? v[0] : v[1]};
+}
+
+// The window along H and W, from a node's (or an inference's) validated attributes.
+template <typename Attrs>
+std::array<WindowAxis, 2> pool_axes(const Attrs& attrs, bool has_dilation) {
+  const auto kernel = pair_of(attrs.attr_ints("kernel_size"), {1, 1});
+  const auto stride = pair_of(attrs.attr_ints("stride"), kernel);
+  const auto padding = pair_of(attrs.attr_ints("padding"), {0, 0});
+  const auto dilation = has_dilation ? pair_of(attrs.attr_ints("dilation"), {1, 1})
+                                     : std::array<int64_t, 2>{1, 1};
+  std::array<WindowAxis, 2> axes;
+  for (size_t i = 0; i < 2; ++i)
+    axes[i] = WindowAxis{.kernel = kernel[i], .stride = stride[i], .dilation = dilation[i],
+                         .pad_begin = padding[i], .pad_end = padding[i],
+                         .ceil_mode = attrs.attr_bool("ceil_mode")};
+  return axes;
+}
+
+void check_dtype(InferContext& ctx, DType dtype, std::initializer_list<DType> supported) {
+  if (std::find(supported.begin(), supported.end(), dtype) != supported.end()) return;
+  std::string names;
+  for (DType d : supported) names += (names.empty() ? "" : ", ") + std::string(dtype_name(d));
+  ctx.fail(ctx.op() + " takes " + names + ", not " + std::string(dtype_name(dtype)));
+}
+
+// x is [N, C, H, W] or [C, H, W], every dim but N non-empty (PyTorch's rule).
+void check_pool_input(InferContext& ctx) {
+  const TensorType& x = ctx.input(0);
+  ctx.check(x.rank() == 3 || x.rank() == 4, "x must be [N, C, H, W] or [C, H, W]");
+  for (size_t d = x.rank() - 3; d < x.rank(); ++d)
+    ctx.check(!x.shape[d].is_static() || x.shape[d].size() > 0,
+              "x's dims other than the batch must not be empty");
+}
+
+// An int-list attribute of `min_size` to 2 values, each at least `least`.
+void check_pair(InferContext& ctx, const std::string& name, size_t min_size, int64_t least) {
+  const auto& v = ctx.attr_ints(name);
+  ctx.check(v.size() >= min_size && v.size() <= 2 &&
+                std::all_of(v.begin(), v.end(), [&](int64_t e) { return e >= least; }),
+            name + " must be " + (min_size == 0 ? "empty, " : "") + "one int or two [h, w], each " +
+                (least == 0 ? "non-negative" : "positive"));
+}
+
+void infer_window_pool(InferContext& ctx, bool has_dilation) {
+  check_pool_input(ctx);
+  check_pair(ctx, "kernel_size", 1, 1);
+  check_pair(ctx, "stride", 0, 1);
+  check_pair(ctx, "padding", 1, 0);
+  if (has_dilation) check_pair(ctx, "dilation", 1, 1);
+  const auto axes = pool_axes(ctx, has_dilation);
+  for (const WindowAxis& a : axes)
+    ctx.check(2 * a.pad_begin <= a.extent(),
+              "padding " + std::to_string(a.pad_begin) + " is more than half the window (" +
+                  std::to_string(a.extent()) + " elements: kernel " + std::to_string(a.kernel) +
+                  ", dilation " + std::to_string(a.dilation) + ")");
+  const TensorType& x = ctx.input(0);
+  Shape out = x.shape;
+  const size_t h = x.rank() - 2;
+  out[h] = window_output_dim(ctx, x.shape[h], axes[0], "row");
+  out[h + 1] = window_output_dim(ctx, x.shape[h + 1], axes[1], "column");
+  ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
+}
+
+void infer_max_pool2d(InferContext& ctx) {
+  check_dtype(ctx, ctx.input(0).dtype,
+              {DType::F32, DType::F64, DType::I64, DType::I32, DType::I16, DType::I8, DType::U8});
+  infer_window_pool(ctx, /*has_dilation=*/true);
+}
+
+void infer_avg_pool2d(InferContext& ctx) {
+  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64, DType::I64});
+  infer_window_pool(ctx, /*has_dilation=*/false);
+}
+
+void infer_adaptive_avg_pool2d(InferContext& ctx) {
+  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64});
+  check_pool_input(ctx);
+  check_pair(ctx, "output_size", 1, 0);
+  const auto size = pair_of(ctx.attr_ints("output_size"), {1, 1});
+  const TensorType& x = ctx.input(0);
+  Shape out = x.shape;
+  out[x.rank() - 2] = Dim(size[0]);
+  out[x.rank() - 1] = Dim(size[1]);
+  ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
+}
+
+// ---------------------------------------------------------------- geometry
+
+// How far the windows reach past the input's end: at least the declared padding (oneDNN's
+// output-size rule needs it), more where a ceil-mode window overhangs it.
+int64_t reach(int64_t in, int64_t out, const WindowAxis& a) {
+  return std::max(a.pad_end, (out - 1) * a.stride + a.extent() - in - a.pad_begin);
+}
+
+Pool2dGeometry pool_geometry(const KernelSpec& spec, bool has_dilation) {
+  const std::vector<int64_t> x = spec.input_sizes(0), y = spec.output_sizes(0);
+  const size_t r = x.size();
+  const auto axes = pool_axes(spec.node, has_dilation);
+  return Pool2dGeometry{.n = r == 4 ? x[0] : 1, .c = x[r - 3], .h = x[r - 2], .w = x[r - 1],
+                        .oh = y[r - 2], .ow = y[r - 1],
+                        .kh = axes[0].kernel, .kw = axes[1].kernel,
+                        .stride_h = axes[0].stride, .stride_w = axes[1].stride,
+                        .dilation_h = axes[0].dilation, .dilation_w = axes[1].dilation,
+                        .pad_h = axes[0].pad_begin, .pad_w = axes[1].pad_begin,
+                        .reach_bottom = reach(x[r - 2], y[r - 2], axes[0]),
+                        .reach_right = reach(x[r - 1], y[r - 1], axes[1])};
+}
+
+// Adaptive pooling's windows are those of a plain average pooling when the output divides the
+// input: kernel = stride = input / output.
+Pool2dGeometry adaptive_geometry(const KernelSpec& spec) {
+  const std::vector<int64_t> x = spec.input_sizes(0), y = spec.output_sizes(0);
+  const size_t r = x.size();
+  Pool2dGeometry g{.n = r == 4 ? x[0] : 1, .c = x[r - 3], .h = x[r - 2], .w = x[r - 1],
+                   .oh = y[r - 2], .ow = y[r - 1]};
+  if (g.oh > 0 && g.ow > 0) {
+    g.kh = g.stride_h = g.h / g.oh;
+    g.kw = g.stride_w = g.w / g.ow;
+  }
+  return g;
+}
+
+bool is_empty(const Pool2dGeometry& g) { return g.n * g.c * g.oh * g.ow == 0; }
+
+// ---------------------------------------------------------------- reference kernels
+
+template <typename T>
+using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <typename T>
+T lowest() {
+  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+  else return std::numeric_limits<T>::lowest();
+}
+
+template <typename T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  else return false;
+}
+
+// Integer sums wrap around (as PyTorch's do) rather than overflow, and dividing the lowest value
+// by -1 wraps rather than traps.
+template <typename A>
+A add(A a, A b) {
+  if constexpr (std::is_integral_v<A>)
+    return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  else return a + b;
+}
+template <typename A>
+A divide(A sum, int64_t divisor) {
+  if constexpr (std::is_integral_v<A>)
+    if (divisor == -1) return static_cast<A>(0 - static_cast<uint64_t>(sum));
+  return sum / static_cast<A>(divisor);
+}
+
+// Calls fn(plane, oy, ox, x_plane, y_pointer) for every output element, planes split over threads.
+template <typename T, typename Fn>
+void for_each_output(const Pool2dGeometry& g, const T* x, T* y, int64_t work_per_output,
+                     int threads, const Fn& fn) {
+  cpu::parallel_chunks(g.n * g.c, g.oh * g.ow * work_per_output, threads,
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t p = begin; p < end; ++p) {
+                           const T* x_plane = x + p * g.h * g.w;
+                           T* y_plane = y + p * g.oh * g.ow;
+                           for (int64_t oy = 0; oy < g.oh; ++oy)
+                             for (int64_t ox = 0; ox < g.ow; ++ox)
+                               y_plane[oy * g.ow + ox] = fn(x_plane, oy, ox);
+                         }
+                       });
+}
+
+template <typename T>
+void max_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) {
+  for_each_output(g, x, y, g.kh * g.kw, threads, [&](const T* plane, int64_t oy, int64_t ox) {
+    T best = lowest<T>();
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
+        if (ix < 0 || ix >= g.w) continue;
+        const T v = plane[iy * g.w + ix];
+        if (v > best || is_nan(v)) best = v;  // as PyTorch: a NaN wins, and so does a later one
+      }
+    }
+    return best;
+  });
+}
+
+// Rows [begin, end) of a window clamped to the input; `counted` is PyTorch's count with padding:
+// the window up to the declared padding's end.
+struct Span {
+  int64_t begin, end, counted;
+};
+Span window_span(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t in) {
+  const int64_t start = o * stride - pad;
+  const int64_t stop = std::min(start + kernel, in + pad);
+  return Span{std::max<int64_t>(start, 0), std::min(stop, in), stop - start};
+}
+
+template <typename T>
+T window_mean(const T* plane, int64_t width, Span rows, Span cols, int64_t divisor) {
+  Accumulator<T> sum = 0;
+  for (int64_t iy = rows.begin; iy < rows.end; ++iy)
+    for (int64_t ix = cols.begin; ix < cols.end; ++ix)
+      sum = add(sum, static_cast<Accumulator<T>>(plane[iy * width + ix]));
+  return static_cast<T>(divide(sum, divisor));
+}
+
+template <typename T>
+void avg_pool_reference(const Pool2dGeometry& g, bool count_include_pad, int64_t divisor_override,
+                        const T* x, T* y, int threads) {
+  for_each_output(g, x, y, g.kh * g.kw, threads, [&](const T* plane, int64_t oy, int64_t ox) {
+    const Span rows = window_span(oy, g.stride_h, g.pad_h, g.kh, g.h);
+    const Span cols = window_span(ox, g.stride_w, g.pad_w, g.kw, g.w);
+    const int64_t divisor = divisor_override != 0 ? divisor_override
+                            : count_include_pad   ? rows.counted * cols.counted
+                                                  : (rows.end - rows.begin) * (cols.end - cols.begin);
+    return window_mean(plane, g.w, rows, cols, divisor);
+  });
+}
+
+// PyTorch's adaptive windows: [floor(o * in / out), ceil((o + 1) * in / out)).
+Span adaptive_span(int64_t o, int64_t in, int64_t out) {
+  const int64_t begin = o * in / out, end = ((o + 1) * in + out - 1) / out;
+  return Span{begin, end, end - begin};
+}
+
+template <typename T>
+void adaptive_avg_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) {
+  for_each_output(g, x, y, g.h * g.w / std::max<int64_t>(g.oh * g.ow, 1) + 1, threads,
+                  [&](const T* plane, int64_t oy, int64_t ox) {
+                    const Span rows = adaptive_span(oy, g.h, g.oh);
+                    const Span cols = adaptive_span(ox, g.w, g.ow);
+                    return window_mean(plane, g.w, rows, cols, rows.counted * cols.counted);
+                  });
+}
+
+// A kernel calling run(geometry, x, y, threads) with x and y of the node's dtype.
+template <typename Run>
+std::unique_ptr<KernelInstance> typed_kernel(const KernelSpec& spec, const Pool2dGeometry& g,
+                                             Run run) {
+  return visit_dtype(spec.inputs[0].dtype, [&](auto t) -> std::unique_ptr<KernelInstance> {
+    using T = decltype(t);
+    return make_kernel([g, run, threads = spec.threads](std::span<const void* const> in,
+                                                        std::span<void* const> out) {
+      run(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]), threads);
+    });
+  });
+}
+
+std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec) {
+  return typed_kernel(spec, pool_geometry(spec, true),
+                      [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
+                        max_pool_reference(g, x, y, threads);
+                      });
+}
+
+std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec) {
+  const bool include_pad = spec.node.attr_bool("count_include_pad");
+  const int64_t divisor = spec.node.attr_int("divisor_override");
+  return typed_kernel(spec, pool_geometry(spec, false),
+                      [=](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
+                        avg_pool_reference(g, include_pad, divisor, x, y, threads);
+                      });
+}
+
+std::unique_ptr<KernelInstance> adaptive_reference_kernel(const KernelSpec& spec) {
+  return typed_kernel(spec, adaptive_geometry(spec),
+                      [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
+                        adaptive_avg_pool_reference(g, x, y, threads);
+                      });
+}
+
+std::string always_supported(const KernelSpec&) { return ""; }
+
+// ---------------------------------------------------------------- optimized kernels
+
+std::string onednn_common_reason(const KernelSpec& spec, const Pool2dGeometry& g) {
+  if (spec.inputs[0].dtype != DType::F32) return "f32 only";
+  // oneDNN's primitive creation can't take empty tensors; the reference loops write them.
+  if (is_empty(g)) return "zero-size tensor";
+  return "";
+}
+
+std::string avg_pool_onednn_unsupported(const KernelSpec& spec) {
+  const Pool2dGeometry g = pool_geometry(spec, false);
+  if (std::string why = onednn_common_reason(spec, g); !why.empty()) return why;
+  if (spec.node.attr_int("divisor_override") != 0) return "divisor_override is set";
+  // oneDNN divides by the whole window, PyTorch by the part up to the declared padding's end.
+  if (spec.node.attr_bool("count_include_pad") &&
+      (g.reach_bottom > g.pad_h || g.reach_right > g.pad_w))
+    return "a ceil_mode window overhangs the padding and count_include_pad is set";
+  return "";
+}
+
+std::unique_ptr<KernelInstance> avg_pool_onednn(const KernelSpec& spec) {
+  return cpu::create_onednn_pool2d(pool_geometry(spec, false),
+                                   spec.node.attr_bool("count_include_pad")
+                                       ? PoolAlgorithm::AvgIncludePadding
+                                       : PoolAlgorithm::AvgExcludePadding,
+                                   spec);
+}
+
+std::string adaptive_onednn_unsupported(const KernelSpec& spec) {
+  const Pool2dGeometry g = adaptive_geometry(spec);
+  if (std::string why = onednn_common_reason(spec, g); !why.empty()) return why;
+  if (g.h % g.oh != 0 || g.w % g.ow != 0)
+    return "the output size does not divide the input size (windows of varying size)";
+  return "";
+}
+
+std::unique_ptr<KernelInstance> adaptive_onednn(const KernelSpec& spec) {
+  return cpu::create_onednn_pool2d(adaptive_geometry(spec), PoolAlgorithm::AvgExcludePadding,
+                                   spec);
+}
+
+#ifdef KILN_X86
+std::string avx2_unsupported(const KernelSpec& spec) {
+  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+}
+
+// Each thread keeps a plane's row maxima in its own part of the scratch.
+class MaxPoolAvx2 final : public KernelInstance {
+ public:
+  explicit MaxPoolAvx2(const KernelSpec& spec)
+      : g_(pool_geometry(spec, true)), threads_(std::max(spec.threads, 1)) {}
+  size_t scratch_bytes() const override {
+    return static_cast<size_t>(threads_ * g_.h * g_.ow) * sizeof(float);
+  }
+  void run(std::span<const void* const> in, std::span<void* const> out,
+           void* scratch) const override {
+    cpu::parallel_chunks(g_.n * g_.c, g_.oh * g_.ow * g_.kh * g_.kw, threads_,
+                         [&](int64_t begin, int64_t end) {
+                           const int thread = omp_get_thread_num();
+                           KILN_ASSERT(thread < threads_);
+                           cpu::avx2::max_pool_planes(
+                               g_, static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
+                               begin, end, static_cast<float*>(scratch) + thread * g_.h * g_.ow);
+                         });
+  }
+
+ private:
+  Pool2dGeometry g_;
+  int threads_;
+};
+
+std::string global_avx2_unsupported(const KernelSpec& spec) {
+  if (std::string why = avx2_unsupported(spec); !why.empty()) return why;
+  const Pool2dGeometry g = adaptive_geometry(spec);
+  if (g.oh != 1 || g.ow != 1) return "output_size is not [1, 1]";
+  return "";
+}
+
+std::unique_ptr<KernelInstance> global_avx2(const KernelSpec& spec) {
+  return make_kernel([g = adaptive_geometry(spec), threads = spec.threads](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    const float* x = static_cast<const float*>(in[0]);
+    float* y = static_cast<float*>(out[0]);
+    const int64_t n = g.h * g.w;
+    cpu::parallel_chunks(g.n * g.c, n, threads, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p)
+        y[p] = static_cast<float>(cpu::avx2::sum(x + p * n, n) / static_cast<double>(n));
+    });
+  });
+}
+#endif
+
+}  // namespace
+
+void register_pooling_ops(OpRegistry& registry) {
+  const std::vector<int64_t> none;
+  OpDef max_pool;
+  max_pool.name = "max_pool2d";
+  max_pool.inputs = {{"x"}};
+  max_pool.attrs = {{"kernel_size", none, /*required=*/true},
+                    {"stride", none},
+                    {"padding", std::vector<int64_t>{0}},
+                    {"dilation", std::vector<int64_t>{1}},
+                    {"ceil_mode", false}};
+  max_pool.infer = infer_max_pool2d;
+#ifdef KILN_X86
+  max_pool.kernels.push_back({"avx2", "native", avx2_unsupported, [](const KernelSpec& spec) {
+                                return std::make_unique<MaxPoolAvx2>(spec);
+                              }});
+#endif
+  max_pool.kernels.push_back({"reference", "native", always_supported, max_pool_reference_kernel});
+  registry.add(std::move(max_pool));
+
+  OpDef avg_pool;
+  avg_pool.name = "avg_pool2d";
+  avg_pool.inputs = {{"x"}};
+  avg_pool.attrs = {{"kernel_size", none, /*required=*/true},
+                    {"stride", none},
+                    {"padding", std::vector<int64_t>{0}},
+                    {"ceil_mode", false},
+                    {"count_include_pad", true},
+                    {"divisor_override", int64_t{0}}};
+  avg_pool.infer = infer_avg_pool2d;
+  avg_pool.kernels = {{"onednn", "onednn", avg_pool_onednn_unsupported, avg_pool_onednn},
+                      {"reference", "native", always_supported, avg_pool_reference_kernel}};
+  registry.add(std::move(avg_pool));
+
+  OpDef adaptive;
+  adaptive.name = "adaptive_avg_pool2d";
+  adaptive.inputs = {{"x"}};
+  adaptive.attrs = {{"output_size", none, /*required=*/true}};
+  adaptive.infer = infer_adaptive_avg_pool2d;
+#ifdef KILN_X86
+  adaptive.kernels.push_back({"global_avx2", "native", global_avx2_unsupported, global_avx2});
+#endif
+  adaptive.kernels.push_back(
+      {"onednn", "onednn", adaptive_onednn_unsupported, adaptive_onednn});
+  adaptive.kernels.push_back({"reference", "native", always_supported, adaptive_reference_kernel});
+  registry.add(std::move(adaptive));
+}
+
+}  // namespace kiln

@@ -1,0 +1,578 @@
+// scaled_dot_product_attention: type inference, the reference kernel against hand-computed
+// values and an independent naive implementation, and the flash kernel against the reference
+// within a derived error bound.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+
+#include "ops_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::OneNode;
+using test::type_of;
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+bool flash_available() {
+  if (!test::has_kernel(kOp, "flash")) return false;
+  OneNode n(kOp, {type_of(DType::F32, {2, 4}), type_of(DType::F32, {3, 4}),
+                  type_of(DType::F32, {3, 4})});
+  return test::unsupported_reason(*n.node, "flash").empty();
+}
+
+// ---------------------------------------------------------------- problems and inputs
+
+// An attention problem on operands of rank <= 4, read as [B, H, rows, cols].
+struct Problem {
+  std::vector<int64_t> q, k, v;
+  std::optional<std::vector<int64_t>> mask;
+  DType mask_dtype = DType::Bool;
+  bool causal = false;
+  double scale = 0;  // 0: 1/sqrt(E)
+
+  Problem(std::vector<int64_t> q_sizes, std::vector<int64_t> k_sizes, std::vector<int64_t> v_sizes)
+      : q(std::move(q_sizes)), k(std::move(k_sizes)), v(std::move(v_sizes)) {}
+  Problem& with_mask(std::vector<int64_t> sizes, DType dtype) {
+    mask = std::move(sizes);
+    mask_dtype = dtype;
+    return *this;
+  }
+  Problem& with_causal(bool c = true) {
+    causal = c;
+    return *this;
+  }
+  Problem& with_scale(double s) {
+    scale = s;
+    return *this;
+  }
+
+  std::vector<TensorType> types() const {
+    std::vector<TensorType> t = {type_of(DType::F32, q), type_of(DType::F32, k),
+                                 type_of(DType::F32, v)};
+    if (mask) t.push_back(type_of(mask_dtype, *mask));
+    return t;
+  }
+  AttrMap attrs() const { return {{"is_causal", causal}, {"scale", scale}}; }
+  std::string name() const {
+    std::string s = "q " + shape_string(q) + " k " + shape_string(k) + " v " + shape_string(v);
+    if (mask) s += " mask " + std::string(dtype_name(mask_dtype)) + shape_string(*mask);
+    return s + (causal ? " causal" : "") + " scale " + std::to_string(scale);
+  }
+};
+
+// Sizes padded to [B, H, rows, cols]; offsets broadcast the dims of size 1.
+struct Indexer {
+  std::array<int64_t, 4> sizes{1, 1, 1, 1}, strides{0, 0, 0, 0};
+  explicit Indexer(const std::vector<int64_t>& s) {
+    std::copy(s.begin(), s.end(), sizes.end() - static_cast<int64_t>(s.size()));
+    int64_t stride = 1;
+    for (int d = 3; d >= 0; --d) {
+      strides[d] = sizes[d] == 1 ? 0 : stride;
+      stride *= sizes[d];
+    }
+  }
+  int64_t operator()(int64_t b, int64_t h, int64_t r, int64_t c) const {
+    return b * strides[0] + h * strides[1] + r * strides[2] + c * strides[3];
+  }
+};
+
+// Random q, k, v in [-2, 2]; a bool mask true 4 times in 5, or an additive one in [-4, 4] with
+// -inf one time in 10.
+std::vector<Tensor> random_inputs(const Problem& p, std::mt19937& rng) {
+  std::vector<Tensor> in = {test::random_tensor(DType::F32, p.q, rng, -2, 2),
+                            test::random_tensor(DType::F32, p.k, rng, -2, 2),
+                            test::random_tensor(DType::F32, p.v, rng, -2, 2)};
+  if (p.mask) {
+    Tensor m = Tensor::empty(p.mask_dtype, *p.mask);
+    for (int64_t i = 0; i < m.numel(); ++i) {
+      if (p.mask_dtype == DType::Bool) m.data<uint8_t>()[i] = rng() % 5 != 0;
+      else m.data<float>()[i] = rng() % 10 == 0 ? -kInf : std::ldexp(float(rng() % 8192), -10) - 4;
+    }
+    in.push_back(m);
+  }
+  return in;
+}
+
+struct Dims {
+  int64_t batch, heads, l, s, e, ev;
+};
+
+Dims dims_of(const Problem& p) {
+  auto dim = [&](size_t d) {
+    int64_t n = 1;
+    for (const auto* sizes : {&p.q, &p.k, &p.v})
+      if (Indexer(*sizes).sizes[d] != 1) n = Indexer(*sizes).sizes[d];
+    return n;
+  };
+  return {dim(0), dim(1), p.q[p.q.size() - 2], p.k[p.k.size() - 2], p.q.back(), p.v.back()};
+}
+
+// The scaled, masked score of key j for query i: -inf when not attended, rounded to f32 as
+// PyTorch's score tensor is.
+double score(const Problem& p, const Dims& d, const std::vector<Tensor>& in, int64_t b, int64_t h,
+             int64_t i, int64_t j) {
+  if (p.causal && j > i) return -kInf;
+  const Indexer qi(p.q), ki(p.k);
+  double dot = 0;
+  for (int64_t e = 0; e < d.e; ++e)
+    dot += double(in[0].data<float>()[qi(b, h, i, e)]) * in[1].data<float>()[ki(b, h, j, e)];
+  const double scale = p.scale != 0 ? p.scale : d.e ? 1 / std::sqrt(double(d.e)) : 1;
+  double x = dot * scale;
+  if (p.mask) {
+    const int64_t m = Indexer(*p.mask)(b, h, i, j);
+    if (p.mask_dtype == DType::Bool && !in[3].data<uint8_t>()[m]) return -kInf;
+    if (p.mask_dtype == DType::F32) x += in[3].data<float>()[m];
+  }
+  return float(x);
+}
+
+// The attention written out naively in double, for [B, H, L, Ev] outputs.
+std::vector<double> naive_attention(const Problem& p, const std::vector<Tensor>& in) {
+  const Dims d = dims_of(p);
+  const Indexer vi(p.v);
+  std::vector<double> out;
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.heads; ++h)
+      for (int64_t i = 0; i < d.l; ++i) {
+        std::vector<double> x(d.s);
+        double max = -kInf;
+        for (int64_t j = 0; j < d.s; ++j) {
+          x[j] = score(p, d, in, b, h, i, j);
+          max = std::isnan(x[j]) || std::isnan(max) ? NAN : std::max(max, x[j]);
+        }
+        for (int64_t c = 0; c < d.ev; ++c) {
+          double num = 0, den = 0;
+          for (int64_t j = 0; j < d.s && max != -kInf; ++j) {
+            if (x[j] == -kInf) continue;
+            const double w = std::exp(x[j] - max);
+            num += w * in[2].data<float>()[vi(b, h, j, c)];
+            den += w;
+          }
+          out.push_back(den == 0 ? 0 : num / den);
+        }
+      }
+  return out;
+}
+
+// How far the flash kernel may be from the reference, per output element. With u = 2^-24,
+// D_i = scale |q_i| max_j |k_j| + max_j |mask_ij| (bounding every |score| of row i, by
+// Cauchy-Schwarz) and M_c = max_j |v_jc|:
+//   * each score is an E-term f32 dot product, scaled and masked in one more rounding: within
+//     (E + 4) u D_i of the reference's score (itself rounded to f32);
+//   * the softmax weights then carry a relative error of twice that (the row max moves too),
+//     plus exp's 2 u, the rounding of x - max (d u for a weight exp(-d), at most S u M_c / e
+//     in the sum), and that of each block's rescale factor (2 u per key block, and the max's
+//     drift across blocks, <= 2 D_i u);
+//   * the weighted sum and the sum of weights are S-term f32 sums (S u each, plus a rounding
+//     per block), and a perturbation eta of the weights moves their ratio by <= 2 |eta| M_c.
+// Altogether |flash - reference| <= (4 (E + 5) D_i + 4 S + 32) u M_c. A dropped or duplicated
+// key moves a row by about M_c / S, far more for the short rows a masking bug would hit.
+std::vector<double> error_bound(const Problem& p, const std::vector<Tensor>& in) {
+  const Dims d = dims_of(p);
+  const Indexer qi(p.q), ki(p.k), vi(p.v);
+  const double u = std::ldexp(1.0, -24);
+  const double scale = p.scale != 0 ? std::fabs(p.scale) : d.e ? 1 / std::sqrt(double(d.e)) : 1;
+  auto norm = [&](const Tensor& t, const Indexer& at, int64_t b, int64_t h, int64_t r) {
+    double sum = 0;
+    for (int64_t e = 0; e < d.e; ++e) sum += std::pow(double(t.data<float>()[at(b, h, r, e)]), 2);
+    return std::sqrt(sum);
+  };
+  std::vector<double> bound;
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.heads; ++h) {
+      double k_max = 0;
+      for (int64_t j = 0; j < d.s; ++j) k_max = std::max(k_max, norm(in[1], ki, b, h, j));
+      std::vector<double> v_max(d.ev, 0.0);
+      for (int64_t j = 0; j < d.s; ++j)
+        for (int64_t c = 0; c < d.ev; ++c)
+          v_max[c] = std::max(v_max[c], std::fabs(double(in[2].data<float>()[vi(b, h, j, c)])));
+      for (int64_t i = 0; i < d.l; ++i) {
+        double mask_max = 0;
+        if (p.mask && p.mask_dtype == DType::F32)
+          for (int64_t j = 0; j < d.s; ++j) {
+            const float m = in[3].data<float>()[Indexer(*p.mask)(b, h, i, j)];
+            if (std::isfinite(m)) mask_max = std::max(mask_max, double(std::fabs(m)));
+          }
+        const double score_max = scale * norm(in[0], qi, b, h, i) * k_max + mask_max;
+        for (int64_t c = 0; c < d.ev; ++c)
+          bound.push_back((4 * double(d.e + 5) * score_max + 4 * double(d.s) + 32) * u * v_max[c]);
+      }
+    }
+  return bound;
+}
+
+// Checks the flash kernel against the reference kernel; with two_threads, also that it gives
+// the same bits on 2 threads as on 1 (each row's arithmetic doesn't depend on the split; only
+// some problems check it, as an OpenMP team keeps spinning on a loaded machine after each run).
+// Returns the largest error as a share of the bound.
+double expect_flash_matches_reference(const Problem& p, const std::vector<Tensor>& in,
+                                      bool two_threads = false) {
+  SCOPED_TRACE(p.name());
+  OneNode node(kOp, p.types(), p.attrs());
+  const Tensor expected = test::run_kernel(*node.node, "reference", in)[0];
+  const Tensor got = test::run_kernel(*node.node, "flash", in)[0];
+  if (two_threads) {
+    EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "flash", in, 2)[0], got));
+  }
+  const std::vector<double> bound = error_bound(p, in);
+  EXPECT_EQ(static_cast<size_t>(got.numel()), bound.size());
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], r = expected.data<float>()[i];
+    if (std::isnan(r) || std::isnan(g)) {
+      EXPECT_TRUE(std::isnan(r) && std::isnan(g)) << "element " << i << ": " << g << " vs " << r;
+      continue;
+    }
+    const double err = std::fabs(double(g) - r);
+    EXPECT_LE(err, bound[i]) << "element " << i << ": " << g << " vs " << r;
+    if (err > bound[i]) return err / bound[i];
+    worst = std::max(worst, bound[i] > 0 ? err / bound[i] : 0.0);
+  }
+  return worst;
+}
+
+void expect_floats(const Tensor& got, const std::vector<float>& expected, int64_t max_ulp = 1) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_LE(test::ulp_distance(got.data<float>()[i], expected[i]), max_ulp)
+        << "element " << i << ": " << got.data<float>()[i] << " vs " << expected[i];
+}
+
+// ---------------------------------------------------------------- type inference
+
+TEST(OpsAttention, InfersShapesWithSymbolicSequences) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 8);
+  Dim l = g.add_symbol("L", 1, 4096);
+  Dim s = g.add_symbol("S", 1, 4096);
+  Value* q = g.add_input("q", TensorType{DType::F32, {batch, Dim(12), l, Dim(64)}});
+  Value* k = g.add_input("k", TensorType{DType::F32, {batch, Dim(12), s, Dim(64)}});
+  Value* v = g.add_input("v", TensorType{DType::F32, {batch, Dim(12), s, Dim(32)}});
+  Value* y = g.add(kOp, {q, k, v}, {{"is_causal", true}});
+  EXPECT_EQ(y->type(), (TensorType{DType::F32, {batch, Dim(12), l, Dim(32)}}));
+  EXPECT_EQ(y->producer()->attr_float("scale"), 0.0);
+
+  // A mask [L, S] broadcast over batch and heads; k and v shared by the heads.
+  Value* mask = g.add_input("mask", TensorType{DType::Bool, {l, s}});
+  Value* k1 = g.add_input("k1", TensorType{DType::F32, {batch, Dim(1), s, Dim(64)}});
+  Value* v1 = g.add_input("v1", TensorType{DType::F32, {batch, Dim(1), s, Dim(64)}});
+  Value* z = g.add(kOp, {q, k1, v1, mask}, {{"scale", 0.125}});
+  EXPECT_EQ(z->type(), (TensorType{DType::F32, {batch, Dim(12), l, Dim(64)}}));
+  // An additive mask of q's dtype with a static L: the static size wins.
+  Value* bias = g.add_input("bias", TensorType{DType::F32, {Dim(1), Dim(12), Dim(7), s}});
+  EXPECT_EQ(g.add(kOp, {q, k, v, bias})->type(),
+            (TensorType{DType::F32, {batch, Dim(12), Dim(7), Dim(32)}}));
+  // Rank-2 operands and f64.
+  Value* q2 = g.add_input("q2", type_of(DType::F64, {5, 3}));
+  Value* kv2 = g.add_input("kv2", type_of(DType::F64, {9, 3}));
+  EXPECT_EQ(g.add(kOp, {q2, kv2, kv2})->type(), type_of(DType::F64, {5, 3}));
+  g.set_outputs({y, z});
+  EXPECT_NO_THROW(verify(g));
+}
+
+TEST(OpsAttention, ShapeInferenceFailuresNameTheShapes) {
+  Graph g;
+  auto input = [&](DType dtype, std::vector<int64_t> sizes) {
+    return g.add_input("x", type_of(dtype, sizes));
+  };
+  Value* q = input(DType::F32, {2, 5, 8});
+  Value* k = input(DType::F32, {2, 7, 8});
+  Value* v = input(DType::F32, {2, 7, 4});
+  auto fails_with = [&](const std::vector<Value*>& in, const std::string& text,
+                        AttrMap attrs = {}) {
+    std::string message;
+    EXPECT_EQ(test::error_code_of([&] { g.add(kOp, in, attrs); }, &message),
+              ErrorCode::ShapeInference);
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+  };
+  fails_with({q, input(DType::F32, {2, 7, 6}), v}, "q's and k's last dims (E) differ: 8 vs 6");
+  fails_with({q, k, input(DType::F32, {2, 6, 4})}, "(S, the number of keys) differ: 7 vs 6");
+  fails_with({q, k, input(DType::F32, {3, 7, 4})}, "can't be broadcast together");
+  fails_with({input(DType::I64, {2, 5, 8}), k, v}, "must be f32 or f64, not i64");
+  fails_with({q, k, input(DType::F64, {2, 7, 4})}, "same dtype");
+  fails_with({input(DType::F32, {8}), k, v}, "at least two dims");
+  fails_with({q, k, v, input(DType::I64, {5, 7})}, "attn_mask must be bool (true = attend) or f32");
+  fails_with({q, k, v, input(DType::F64, {5, 7})}, "not f64");
+  fails_with({q, k, v, input(DType::Bool, {5, 6})}, "must broadcast to the scores [2, 5, 7]");
+  fails_with({q, k, v, input(DType::Bool, {4, 2, 5, 7})}, "has more dims than the scores");
+  // A mask may not enlarge the output's batch (PyTorch adds it to the scores in place).
+  fails_with({q, k, v, input(DType::Bool, {3, 5, 7})}, "dims differ: 2 vs 3");
+  fails_with({q, k, v, input(DType::Bool, {5, 7}), input(DType::Bool, {5, 7})},
+             "at most one attn_mask");
+  fails_with({q, k, v}, "scale must be finite", {{"scale", double(kInf)}});
+}
+
+// ---------------------------------------------------------------- reference kernel
+
+TEST(OpsAttention, ReferenceMatchesHandComputedValues) {
+  // q = [[1, 0], [0, 1]], k = [[1, 0], [0, 1], [1, 1]], v = [[1, 2], [3, 4], [5, 6]], scale 1:
+  // row 0's scores are [1, 0, 1], row 1's [0, 1, 1]. Expected values: exact results rounded to
+  // f32 (computed in double).
+  const Tensor q = test::tensor_of({2, 2}, {1, 0, 0, 1});
+  const Tensor k = test::tensor_of({3, 2}, {1, 0, 0, 1, 1, 1});
+  const Tensor v = test::tensor_of({3, 2}, {1, 2, 3, 4, 5, 6});
+  const std::vector<TensorType> types = {type_of(DType::F32, {2, 2}), type_of(DType::F32, {3, 2}),
+                                         type_of(DType::F32, {3, 2})};
+  const double e = std::exp(1.0);
+  auto f = [](double x) { return static_cast<float>(x); };
+  OneNode plain(kOp, types, {{"scale", 1.0}});
+  expect_floats(test::run_kernel(*plain.node, "reference", {q, k, v})[0],
+                {f((e + 3 + 5 * e) / (2 * e + 1)), f((2 * e + 4 + 6 * e) / (2 * e + 1)),
+                 f((1 + 3 * e + 5 * e) / (2 * e + 1)), f((2 + 4 * e + 6 * e) / (2 * e + 1))});
+  // Causal: row 0 sees key 0 alone, row 1 keys 0 and 1 (scores 0 and 1).
+  OneNode causal(kOp, types, {{"scale", 1.0}, {"is_causal", true}});
+  expect_floats(test::run_kernel(*causal.node, "reference", {q, k, v})[0],
+                {1, 2, f((1 + 3 * e) / (1 + e)), f((2 + 4 * e) / (1 + e))});
+  // Default scale 1/sqrt(2), and a bool mask that leaves row 0 keys 0 and 2 (equal scores) and
+  // row 1 none: PyTorch gives zeros for a row that attends nothing.
+  std::vector<TensorType> masked = types;
+  masked.push_back(type_of(DType::Bool, {2, 3}));
+  Tensor mask = Tensor::empty(DType::Bool, {2, 3});
+  const uint8_t mask_values[] = {1, 0, 1, 0, 0, 0};
+  std::memcpy(mask.data(), mask_values, sizeof mask_values);
+  OneNode bool_mask(kOp, masked);
+  expect_floats(test::run_kernel(*bool_mask.node, "reference", {q, k, v, mask})[0], {3, 4, 0, 0});
+  // An additive mask: -inf everywhere on row 0 (zeros again), ln 2 on row 1's key 0.
+  masked.back() = type_of(DType::F32, {2, 3});
+  const Tensor bias = test::tensor_of({2, 3}, {-kInf, -kInf, -kInf, float(std::log(2.0)), 0, 0});
+  OneNode additive(kOp, masked, {{"scale", 1.0}});
+  const double w0 = std::exp(double(float(std::log(2.0))));  // about 2
+  expect_floats(test::run_kernel(*additive.node, "reference", {q, k, v, bias})[0],
+                {0, 0, f((w0 + 3 * e + 5 * e) / (w0 + 2 * e)),
+                 f((2 * w0 + 4 * e + 6 * e) / (w0 + 2 * e))});
+  // E = 0: every score is 0 (an empty dot product, whatever the scale): the mean of v.
+  OneNode empty_e(kOp, {type_of(DType::F32, {2, 0}), type_of(DType::F32, {3, 0}),
+                        type_of(DType::F32, {3, 2})});
+  const Tensor no_q = Tensor::empty(DType::F32, {2, 0}), no_k = Tensor::empty(DType::F32, {3, 0});
+  expect_floats(test::run_kernel(*empty_e.node, "reference", {no_q, no_k, v})[0],
+                {3, 4, 3, 4});
+}
+
+TEST(OpsAttention, ReferenceMatchesNaiveAttentionOnBroadcasts) {
+  std::mt19937 rng(3);
+  const std::vector<Problem> problems = {
+      Problem({2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}).with_mask({5, 6}, DType::Bool),
+      Problem({2, 3, 5, 4}, {2, 1, 6, 4}, {2, 1, 6, 3})
+          .with_mask({2, 1, 5, 6}, DType::F32)
+          .with_causal()
+          .with_scale(0.7),
+      Problem({1, 3, 5, 4}, {2, 1, 6, 4}, {1, 3, 6, 2}).with_mask({5, 1}, DType::Bool),
+      Problem({3, 5, 4}, {6, 4}, {6, 3}).with_mask({3, 1, 6}, DType::F32).with_scale(-0.5),
+      Problem({7, 4}, {3, 4}, {3, 5}).with_mask({}, DType::Bool).with_causal(),
+      Problem({7, 4}, {3, 4}, {3, 5}).with_causal(),
+  };
+  for (const Problem& p : problems) {
+    SCOPED_TRACE(p.name());
+    std::vector<Tensor> in = random_inputs(p, rng);
+    if (p.mask && p.mask->empty()) in[3].data<uint8_t>()[0] = 1;  // a scalar true
+    OneNode node(kOp, p.types(), p.attrs());
+    const Tensor got = test::run_kernel(*node.node, "reference", in)[0];
+    const std::vector<double> expected = naive_attention(p, in);
+    ASSERT_EQ(static_cast<size_t>(got.numel()), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_LE(test::ulp_distance(got.data<float>()[i], float(expected[i])), 1)
+          << "element " << i << ": " << got.data<float>()[i] << " vs " << expected[i];
+  }
+}
+
+TEST(OpsAttention, ReferenceRunsF64) {
+  OneNode node(kOp, {type_of(DType::F64, {1, 1}), type_of(DType::F64, {2, 1}),
+                     type_of(DType::F64, {2, 1})}, {{"scale", 1.0}});
+  Tensor q = Tensor::empty(DType::F64, {1, 1}), k = Tensor::empty(DType::F64, {2, 1}),
+         v = Tensor::empty(DType::F64, {2, 1});
+  q.data<double>()[0] = 1;
+  k.data<double>()[0] = 0;
+  k.data<double>()[1] = std::log(3.0);  // weights 1/4 and 3/4
+  v.data<double>()[0] = 1;
+  v.data<double>()[1] = 5;
+  const Tensor y = test::run_kernel(*node.node, "reference", {q, k, v})[0];
+  EXPECT_NEAR(y.data<double>()[0], 4.0, 1e-15);
+}
+
+// ---------------------------------------------------------------- flash kernel
+
+TEST(OpsAttention, FlashDeclinesF64) {
+  if (!test::has_kernel(kOp, "flash")) GTEST_SKIP() << "not an x86 build";
+  OneNode node(kOp, {type_of(DType::F64, {2, 4}), type_of(DType::F64, {3, 4}),
+                     type_of(DType::F64, {3, 4})});
+  EXPECT_NE(test::unsupported_reason(*node.node, "flash"), "");
+}
+
+// L and S over {1, 7, 64, 129}, E in {8, 64}, causal or not, no mask, a bool or an additive one
+// broadcast over batch, heads, queries or keys; scale set and unset; batch dims [2, 3]; Ev from
+// E, 20, 13, 1 (the value tiles' tails).
+TEST(OpsAttention, FlashMatchesReferenceOnBatchesAndMasks) {
+  if (!flash_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(11);
+  const int64_t sizes[] = {1, 7, 64, 129};
+  int index = 0;
+  double worst = 0;
+  for (int64_t l : sizes)
+    for (int64_t s : sizes)
+      for (int64_t e : {8, 64})
+        for (bool causal : {false, true})
+          for (int mask_kind = 0; mask_kind < 3; ++mask_kind, ++index) {
+            const int64_t ev = std::array<int64_t, 4>{e, 20, 13, 1}[index % 4];
+            // k and v shared by the heads every third problem.
+            const int64_t kv_heads = index % 3 == 0 ? 1 : 3;
+            Problem p({2, 3, l, e}, {2, kv_heads, s, e}, {2, kv_heads, s, ev});
+            p.with_causal(causal).with_scale(index % 2 ? 0.3 : 0.0);
+            if (mask_kind > 0) {
+              const std::vector<int64_t> mask_shapes[] = {{l, s}, {2, 1, l, s}, {3, l, s},
+                                                          {2, 3, l, s}, {l, 1}, {1, s}};
+              p.with_mask(mask_shapes[index % 6], mask_kind == 1 ? DType::Bool : DType::F32);
+            }
+            worst = std::max(worst, expect_flash_matches_reference(p, random_inputs(p, rng),
+                                                                   index % 16 == 0));
+          }
+  RecordProperty("worst_error_share_of_bound", std::to_string(worst));
+}
+
+TEST(OpsAttention, FlashMatchesReferenceOnLongSequences) {
+  if (!flash_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(17);
+  const std::vector<std::array<int64_t, 2>> lengths = {{1000, 1000}, {1000, 7}, {1, 1000},
+                                                       {129, 1000}, {1000, 129}, {64, 1000}};
+  int index = 0;
+  double worst = 0;
+  for (auto [l, s] : lengths)
+    for (int64_t e : {8, 64})
+      for (bool causal : {false, true}) {
+        ++index;
+        // The 1000 x 1000 problems keep to one matrix: the reference takes L S (E + Ev) steps.
+        const int64_t heads = l * s >= 1000000 ? 1 : 2;
+        Problem p({1, heads, l, e}, {1, heads, s, e}, {1, heads, s, e});
+        p.with_causal(causal).with_scale(index % 2 ? 0.0 : 0.25);
+        if (index % 3)
+          p.with_mask(index % 3 == 1 ? std::vector<int64_t>{l, s}
+                                     : std::vector<int64_t>{1, heads, 1, s},
+                      index % 4 < 2 ? DType::Bool : DType::F32);
+        worst = std::max(worst, expect_flash_matches_reference(p, random_inputs(p, rng),
+                                                               index % 4 == 1));
+      }
+  RecordProperty("worst_error_share_of_bound", std::to_string(worst));
+}
+
+// Odd E and Ev (transposes and tiles with edges), one-element and empty dims.
+TEST(OpsAttention, FlashMatchesReferenceOnOddAndEmptyShapes) {
+  if (!flash_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(23);
+  const std::vector<Problem> problems = {
+      Problem({5, 5}, {9, 5}, {9, 3}),
+      Problem({2, 67}, {9, 67}, {9, 5}).with_mask({2, 9}, DType::Bool),  // dot products, E tail
+      Problem({13, 67}, {70, 67}, {70, 20}).with_mask({13, 70}, DType::F32).with_causal(),
+      Problem({3, 1}, {17, 1}, {17, 1}).with_mask({3, 17}, DType::Bool).with_scale(2.0),
+      Problem({49, 9}, {65, 9}, {65, 24}).with_causal(),
+      Problem({2, 0}, {3, 0}, {3, 4}),           // E = 0: the mean of v
+      Problem({2, 4}, {0, 4}, {0, 3}),           // S = 0: zeros, as PyTorch
+      Problem({0, 4}, {3, 4}, {3, 3}),           // L = 0
+      Problem({2, 4}, {3, 4}, {3, 0}),           // Ev = 0
+      Problem({0, 2, 4}, {0, 3, 4}, {0, 3, 3}),  // no batch
+  };
+  for (const Problem& p : problems) expect_flash_matches_reference(p, random_inputs(p, rng));
+}
+
+// Every key masked for a row gives zeros in both kernels (PyTorch's CPU result); NaN and inf in
+// q or k turn the rows whose scores they reach into NaN (an inf score minus the row max is NaN),
+// except where the mask hides them.
+TEST(OpsAttention, FlashMatchesReferenceOnFullyMaskedRowsAndNonFiniteInputs) {
+  if (!flash_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(29);
+  for (DType mask_dtype : {DType::Bool, DType::F32}) {
+    Problem p({1, 2, 70, 16}, {1, 2, 90, 16}, {1, 2, 90, 16});
+    p.with_mask({70, 90}, mask_dtype);
+    std::vector<Tensor> in = random_inputs(p, rng);
+    for (int64_t i : {0, 3, 69})
+      for (int64_t j = 0; j < 90; ++j) {
+        if (mask_dtype == DType::Bool) in[3].data<uint8_t>()[i * 90 + j] = 0;
+        else in[3].data<float>()[i * 90 + j] = -kInf;
+      }
+    OneNode node(kOp, p.types(), p.attrs());
+    const Tensor got = test::run_kernel(*node.node, "flash", in)[0];
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i : {0, 3, 69})
+        for (int64_t c = 0; c < 16; ++c)
+          EXPECT_EQ(got.data<float>()[(h * 70 + i) * 16 + c], 0.0f) << "row " << i;
+    expect_flash_matches_reference(p, in);
+  }
+  const float extremes[] = {kNaN, kInf, -kInf};
+  for (bool causal : {false, true}) {
+    Problem p({1, 1, 40, 8}, {1, 1, 100, 8}, {1, 1, 100, 8});
+    p.with_mask({40, 100}, DType::Bool).with_causal(causal);
+    std::vector<Tensor> in = random_inputs(p, rng);
+    for (int t = 0; t < 2; ++t)
+      for (int n = 0; n < 6; ++n)
+        in[t].data<float>()[rng() % in[t].numel()] = extremes[rng() % 3];
+    expect_flash_matches_reference(p, in);
+  }
+}
+
+// Long sequences: the scratch stays a few blocks per thread, far below the L x S scores.
+TEST(OpsAttention, FlashScratchStaysFarBelowTheScoreMatrix) {
+  if (!flash_available()) GTEST_SKIP() << "no AVX2+FMA";
+  constexpr int64_t kLength = 4096, kE = 64;
+  Problem p({1, 1, kLength, kE}, {1, 1, kLength, kE}, {1, 1, kLength, kE});
+  p.with_causal();
+  OneNode node(kOp, p.types(), p.attrs());
+  const KernelSpec spec = test::spec_of(*node.node, 2);
+  const std::unique_ptr<KernelInstance> kernel = test::kernel_of(kOp, "flash").create(spec);
+  const size_t score_bytes = kLength * kLength * sizeof(float);
+  EXPECT_LT(kernel->scratch_bytes() * 100, score_bytes) << kernel->scratch_bytes() << " bytes";
+
+  std::mt19937 rng(31);
+  const std::vector<Tensor> in = random_inputs(p, rng);
+  const Tensor got = test::run_kernel(*node.node, "flash", in, 2)[0];
+  // A few rows against the naive formula (the reference would take seconds here).
+  const Dims d = dims_of(p);
+  const std::vector<double> bound = error_bound(p, in);
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2047}, kLength - 1}) {
+    std::vector<double> x(kLength);
+    double max = -kInf;
+    for (int64_t j = 0; j < kLength; ++j) max = std::max(max, x[j] = score(p, d, in, 0, 0, i, j));
+    for (int64_t c = 0; c < kE; ++c) {
+      double num = 0, den = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        num += std::exp(x[j] - max) * in[2].data<float>()[j * kE + c];
+        den += std::exp(x[j] - max);
+      }
+      EXPECT_NEAR(got.data<float>()[i * kE + c], num / den, bound[i * kE + c]) << "row " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- through the executor
+
+TEST(OpsAttention, RunsThroughTheExecutor) {
+  Graph g;
+  Dim l = g.add_symbol("L", 1, 256);
+  Value* q = g.add_input("q", TensorType{DType::F32, {Dim(2), Dim(4), l, Dim(32)}});
+  Value* k = g.add_input("k", TensorType{DType::F32, {Dim(2), Dim(4), l, Dim(32)}});
+  Value* v = g.add_input("v", TensorType{DType::F32, {Dim(2), Dim(4), l, Dim(32)}});
+  Value* mask = g.add_input("mask", TensorType{DType::F32, {Dim(2), Dim(1), Dim(1), l}});
+  g.set_outputs({g.add(kOp, {q, k, v, mask}, {{"is_causal", true}})});
+  auto best = CompiledGraph::compile(g);
+  CompileOptions reference_policy;
+  reference_policy.kernel_policy = "reference";
+  auto reference = CompiledGraph::compile(g, reference_policy);
+  std::mt19937 rng(37);
+  for (int64_t length : {100, 3}) {
+    Problem p({2, 4, length, 32}, {2, 4, length, 32}, {2, 4, length, 32});
+    p.with_mask({2, 1, 1, length}, DType::F32).with_causal();
+    const std::vector<Tensor> in = random_inputs(p, rng);
+    std::vector<TensorView> views;
+    for (const Tensor& t : in) views.push_back(t.view());
+    const Tensor got = best->run(views)[0], expected = reference->run(views)[0];
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{2, 4, length, 32}));
+    const std::vector<double> bound = error_bound(p, in);
+    for (int64_t i = 0; i < got.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], expected.data<float>()[i], bound[i]) << "element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

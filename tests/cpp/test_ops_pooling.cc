@@ -1,0 +1,390 @@
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d: type inference (symbolic dims included), the
+// reference kernels against hand-computed values (checked against PyTorch 2.13), and the oneDNN
+// and AVX2 kernels against the reference on random inputs.
+#include <cmath>
+#include <limits>
+
+#include "kernel_harness.h"
+
+namespace kiln {
+namespace {
+
+using test::OneNode;
+using test::type_of;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+using Ints = std::vector<int64_t>;
+
+std::vector<float> floats(const Tensor& t) { return test::values_of<float>(t); }
+
+// 1, 2, ..., n as an f32 tensor of the given sizes.
+Tensor iota(const Ints& sizes) {
+  Tensor t = Tensor::empty(DType::F32, sizes);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(i + 1);
+  return t;
+}
+
+Tensor reference(const OneNode& n, const std::vector<Tensor>& inputs, int threads = 1) {
+  return test::run_kernel(*n.node, "reference", inputs, threads)[0];
+}
+
+// ---------------------------------------------------------------- type inference
+
+TEST(OpsPooling, InfersOutputShapes) {
+  auto shape = [](const std::string& op, Ints x, AttrMap attrs) {
+    return OneNode(op, {type_of(DType::F32, x)}, std::move(attrs)).output_type().shape;
+  };
+  const AttrMap k3s2p1 = {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}};
+  EXPECT_EQ(shape("max_pool2d", {1, 64, 112, 112}, k3s2p1), make_shape({1, 64, 56, 56}));
+  // stride defaults to the kernel; [C, H, W] without a batch.
+  EXPECT_EQ(shape("max_pool2d", {3, 7, 9}, {{"kernel_size", Ints{2, 3}}}), make_shape({3, 3, 3}));
+  // Dilation 2 spreads a 3-window over 5 rows; the stride is still the kernel size, 3.
+  EXPECT_EQ(shape("max_pool2d", {1, 1, 9, 9}, {{"kernel_size", Ints{3}}, {"dilation", Ints{2}}}),
+            make_shape({1, 1, 2, 2}));
+  // ceil_mode: one more window where the last one starts inside the input...
+  EXPECT_EQ(shape("max_pool2d", {1, 1, 6, 6}, {{"kernel_size", Ints{3}}, {"stride", Ints{2}},
+                                               {"ceil_mode", true}}),
+            make_shape({1, 1, 3, 3}));
+  // ...but not where it would start in the right padding: (5 + 2 - 2) / 2 rounded up is 3, and
+  // window 3 would start at 3 * 2 - 1 = 5, past the input.
+  EXPECT_EQ(shape("avg_pool2d", {1, 1, 5, 5}, {{"kernel_size", Ints{2}}, {"stride", Ints{2}},
+                                               {"padding", Ints{1}}, {"ceil_mode", true}}),
+            make_shape({1, 1, 3, 3}));
+  // ceil_mode gives a window even where the input is smaller than the kernel by less than a stride.
+  EXPECT_EQ(shape("max_pool2d", {1, 1, 2, 2}, {{"kernel_size", Ints{3}}, {"stride", Ints{2}},
+                                               {"ceil_mode", true}}),
+            make_shape({1, 1, 1, 1}));
+  EXPECT_EQ(shape("adaptive_avg_pool2d", {2, 8, 7, 5}, {{"output_size", Ints{3, 1}}}),
+            make_shape({2, 8, 3, 1}));
+  EXPECT_EQ(shape("adaptive_avg_pool2d", {8, 7, 5}, {{"output_size", Ints{1}}}),
+            make_shape({8, 1, 1}));
+  EXPECT_EQ(shape("max_pool2d", {0, 3, 4, 4}, {{"kernel_size", Ints{2}}}), make_shape({0, 3, 2, 2}));
+}
+
+TEST(OpsPooling, InfersSymbolicSpatialDims) {
+  Graph g;
+  Dim n = g.add_symbol("N", 1, 8), h = g.add_symbol("H", 8, 64), w = g.add_symbol("W", 8, 64);
+  Value* x = g.add_input("x", TensorType{DType::F32, {n, Dim(3), h, w}});
+  // Floor mode: the same derived symbol as a conv2d with the same window (conv's naming).
+  Value* pooled = g.add("max_pool2d", {x}, {{"kernel_size", Ints{3}}, {"stride", Ints{2}},
+                                            {"padding", Ints{1}}});
+  Value* conv = g.add("conv2d", {x, g.add_input("k", type_of(DType::F32, {4, 3, 3, 3}))},
+                      {{"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}});
+  EXPECT_EQ(pooled->type().shape[2], conv->type().shape[2]);
+  EXPECT_EQ(pooled->type().shape[0], n);
+  const Symbol& s = g.symbols()[pooled->type().shape[2].symbol()];
+  EXPECT_EQ(s.name, "(H-1)/2+1");
+  EXPECT_EQ(s.min, 4);
+  EXPECT_EQ(s.max, 32);
+  // A "same" window keeps the symbol.
+  EXPECT_EQ(g.add("max_pool2d", {x}, {{"kernel_size", Ints{3}}, {"stride", Ints{1}},
+                                      {"padding", Ints{1}}})->type().shape[3], w);
+  // Ceil mode names its own function: ceil((H-2)/2)+1, and with the start-inside rule in play
+  // (padding + stride > window) the min with (H+padding-1)/2+1.
+  Value* ceil = g.add("max_pool2d", {x}, {{"kernel_size", Ints{2}}, {"stride", Ints{2}},
+                                          {"ceil_mode", true}});
+  EXPECT_EQ(g.symbols()[ceil->type().shape[2].symbol()].name, "ceil((H-2)/2)+1");
+  Value* ruled = g.add("avg_pool2d", {x}, {{"kernel_size", Ints{2}}, {"stride", Ints{2}},
+                                           {"padding", Ints{1}}, {"ceil_mode", true}});
+  const Symbol& r = g.symbols()[ruled->type().shape[2].symbol()];
+  EXPECT_EQ(r.name, "min(ceil((H)/2),(H)/2)+1");
+  EXPECT_EQ(r.min, 5);   // 8 rows: windows at -1, 1, 3, 5, 7 (8 + 1 = 9 > 7)
+  EXPECT_EQ(r.max, 33);
+  // Adaptive pooling fixes the spatial dims and keeps the others.
+  EXPECT_EQ(g.add("adaptive_avg_pool2d", {x}, {{"output_size", Ints{1, 1}}})->type().shape,
+            (Shape{n, Dim(3), Dim(1), Dim(1)}));
+}
+
+TEST(OpsPooling, ShapeInferenceFailuresNameTheProblem) {
+  Graph g;
+  Value* x = g.add_input("x", type_of(DType::F32, {1, 2, 5, 5}));
+  // Schema errors (attributes missing, unknown or of the wrong kind) name the node; shape errors
+  // also show the input types.
+  auto fails = [&](const std::string& op, Value* input, AttrMap attrs, const std::string& reason) {
+    std::string msg = test::error_message([&] { g.add(op, {input}, attrs); }, ErrorCode::ShapeInference);
+    EXPECT_NE(msg.find(reason), std::string::npos) << msg;
+    EXPECT_NE(msg.find("node '" + op), std::string::npos) << msg;
+    if (input == x && msg.find("attribute '") == std::string::npos) {
+      EXPECT_NE(msg.find("f32[1, 2, 5, 5]"), std::string::npos) << msg;
+    }
+  };
+  fails("max_pool2d", x, {}, "needs the attribute 'kernel_size'");
+  fails("max_pool2d", x, {{"kernel_size", Ints{3}}, {"padding", Ints{2}}},
+        "padding 2 is more than half the window (3 elements: kernel 3, dilation 1)");
+  fails("max_pool2d", x, {{"kernel_size", Ints{6}}, {"padding", Ints{0}}},
+        "no window fits: a window spans 6 input rows (kernel 6, dilation 1) but the input has 5 rows");
+  fails("max_pool2d", x, {{"kernel_size", Ints{3}}, {"dilation", Ints{1, 3}}},
+        "a window spans 7 input columns");
+  fails("max_pool2d", x, {{"kernel_size", Ints{0}}}, "kernel_size must be one int or two [h, w], each positive");
+  fails("max_pool2d", x, {{"kernel_size", Ints{2, 2, 2}}}, "kernel_size must be one int or two");
+  fails("avg_pool2d", x, {{"kernel_size", Ints{2}}, {"stride", Ints{0}}}, "stride must be empty, one int");
+  fails("avg_pool2d", x, {{"kernel_size", Ints{2}}, {"dilation", Ints{2}}}, "has no attribute 'dilation'");
+  fails("adaptive_avg_pool2d", x, {{"output_size", Ints{-1, 2}}}, "output_size must be one int or two");
+  fails("max_pool2d", g.add_input("v", type_of(DType::F32, {5, 5})), {{"kernel_size", Ints{2}}},
+        "x must be [N, C, H, W] or [C, H, W]");
+  fails("max_pool2d", g.add_input("e", type_of(DType::F32, {1, 0, 5, 5})), {{"kernel_size", Ints{2}}},
+        "x's dims other than the batch must not be empty");
+  fails("avg_pool2d", g.add_input("i", type_of(DType::I32, {1, 1, 4, 4})), {{"kernel_size", Ints{2}}},
+        "avg_pool2d takes f32, f64, i64, not i32");
+  fails("max_pool2d", g.add_input("b", type_of(DType::Bool, {1, 1, 4, 4})), {{"kernel_size", Ints{2}}},
+        "max_pool2d takes f32, f64, i64, i32, i16, i8, u8, not bool");
+  fails("adaptive_avg_pool2d", g.add_input("l", type_of(DType::I64, {1, 1, 4, 4})),
+        {{"output_size", Ints{2}}}, "adaptive_avg_pool2d takes f32, f64, not i64");
+  // A symbolic height too small even at its largest.
+  Value* small = g.add_input("s", TensorType{DType::F32, {Dim(1), Dim(1), g.add_symbol("H", 1, 2), Dim(8)}});
+  fails("max_pool2d", small, {{"kernel_size", Ints{3}}}, "but the input has at most 2 rows");
+}
+
+// ---------------------------------------------------------------- reference kernels, by hand
+
+TEST(OpsPooling, ReferenceMaxPoolMatchesHandComputedValues) {
+  // x = [[1 2 3 4] [5 6 7 8] [9 10 11 12] [13 14 15 16]].
+  const Tensor x = iota({1, 1, 4, 4});
+  OneNode k2("max_pool2d", {type_of(DType::F32, {1, 1, 4, 4})}, {{"kernel_size", Ints{2}}});
+  EXPECT_EQ(floats(reference(k2, {x})), (std::vector<float>{6, 8, 14, 16}));
+  // 3x3 windows at rows/cols -1 and 1: the padding never wins.
+  OneNode padded("max_pool2d", {type_of(DType::F32, {1, 1, 4, 4})},
+                 {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}});
+  EXPECT_EQ(floats(reference(padded, {x})), (std::vector<float>{6, 8, 14, 16}));
+  // Dilation 2: the window {0, 2} x {0, 2} has max x[2, 2] = 11.
+  OneNode dilated("max_pool2d", {type_of(DType::F32, {1, 1, 4, 4})},
+                  {{"kernel_size", Ints{2}}, {"dilation", Ints{2}}});
+  EXPECT_EQ(floats(reference(dilated, {x})), (std::vector<float>{11}));
+  // ceil_mode on 5x5 with padding 1: windows start at -1, 1, 3 (5 would start past the input).
+  OneNode ceil("max_pool2d", {type_of(DType::F32, {1, 1, 5, 5})},
+               {{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"padding", Ints{1}}, {"ceil_mode", true}});
+  EXPECT_EQ(floats(reference(ceil, {iota({1, 1, 5, 5})})),
+            (std::vector<float>{1, 3, 5, 11, 13, 15, 21, 23, 25}));
+  // NaN wins over everything; -inf stays when alone with smaller values.
+  OneNode pairs("max_pool2d", {type_of(DType::F32, {1, 3, 1, 2})}, {{"kernel_size", Ints{1, 2}}});
+  std::vector<float> got = floats(reference(
+      pairs, {test::tensor_of({1, 3, 1, 2}, {1, kNaN, kNaN, -kInf, -kInf, -kInf})}));
+  EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1]));
+  EXPECT_EQ(got[2], -kInf);
+  // Integers: the maximum even when it is the dtype's lowest value.
+  OneNode ints("max_pool2d", {type_of(DType::I8, {1, 2, 1, 2})}, {{"kernel_size", Ints{1, 2}}});
+  Tensor i8 = Tensor::empty(DType::I8, {1, 2, 1, 2});
+  const int8_t i8_values[] = {-100, -5, -128, -128};
+  std::copy(std::begin(i8_values), std::end(i8_values), i8.data<int8_t>());
+  EXPECT_EQ(test::values_of<int8_t>(reference(ints, {i8})), (std::vector<int8_t>{-5, -128}));
+}
+
+TEST(OpsPooling, ReferenceAvgPoolMatchesHandComputedValues) {
+  const Tensor x5 = iota({1, 1, 5, 5});
+  const AttrMap ceil_padded = {{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"padding", Ints{1}},
+                               {"ceil_mode", true}};
+  // Including the padding: the corner window holds x[0, 0] = 1 and three zeros.
+  OneNode include("avg_pool2d", {type_of(DType::F32, {1, 1, 5, 5})}, ceil_padded);
+  EXPECT_EQ(floats(reference(include, {x5})),
+            (std::vector<float>{0.25f, 1.25f, 2.25f, 4.25f, 10, 12, 9.25f, 20, 22}));
+  AttrMap exclude_attrs = ceil_padded;
+  exclude_attrs["count_include_pad"] = false;
+  OneNode exclude("avg_pool2d", {type_of(DType::F32, {1, 1, 5, 5})}, exclude_attrs);
+  EXPECT_EQ(floats(reference(exclude, {x5})),
+            (std::vector<float>{1, 2.5f, 4.5f, 8.5f, 10, 12, 18.5f, 20, 22}));
+  // A ceil-mode window overhanging the input (no padding): counted up to the input's end, so the
+  // bottom-right window {2, 3} x {2, 3} of [[1..4] [6..9] [11..14] [16..19]] divides by 4.
+  Tensor x4 = test::tensor_of({1, 1, 4, 4}, {1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 16, 17, 18, 19});
+  OneNode overhang("avg_pool2d", {type_of(DType::F32, {1, 1, 4, 4})},
+                   {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"ceil_mode", true}});
+  EXPECT_EQ(floats(reference(overhang, {x4})), (std::vector<float>{7, 8.5f, 14.5f, 16}));
+  OneNode divisor("avg_pool2d", {type_of(DType::F32, {1, 1, 4, 4})},
+                  {{"kernel_size", Ints{2}}, {"divisor_override", int64_t{3}}});
+  EXPECT_EQ(floats(reference(divisor, {iota({1, 1, 4, 4})})),
+            (std::vector<float>{14.0f / 3, 22.0f / 3, 46.0f / 3, 18}));
+  // Integer averages truncate toward zero: -3/4 -> 0, -5/2 -> -2.
+  Tensor xi = Tensor::empty(DType::I64, {1, 1, 2, 2});
+  const int64_t xi_values[] = {-7, 2, 3, -1};
+  std::copy(std::begin(xi_values), std::end(xi_values), xi.data<int64_t>());
+  OneNode ints("avg_pool2d", {type_of(DType::I64, {1, 1, 2, 2})}, {{"kernel_size", Ints{2}}});
+  EXPECT_EQ(test::values_of<int64_t>(reference(ints, {xi})), (std::vector<int64_t>{0}));
+  OneNode rows("avg_pool2d", {type_of(DType::I64, {1, 1, 2, 2})}, {{"kernel_size", Ints{1, 2}}});
+  EXPECT_EQ(test::values_of<int64_t>(reference(rows, {xi})), (std::vector<int64_t>{-2, 1}));
+  // Dividing the lowest i64 by -1 wraps around instead of trapping.
+  Tensor lowest = Tensor::empty(DType::I64, {1, 1, 1, 1});
+  lowest.data<int64_t>()[0] = std::numeric_limits<int64_t>::lowest();
+  OneNode negate("avg_pool2d", {type_of(DType::I64, {1, 1, 1, 1})},
+                 {{"kernel_size", Ints{1}}, {"divisor_override", int64_t{-1}}});
+  EXPECT_EQ(test::values_of<int64_t>(reference(negate, {lowest})),
+            (std::vector<int64_t>{std::numeric_limits<int64_t>::lowest()}));
+}
+
+TEST(OpsPooling, ReferenceAdaptiveAvgPoolMatchesHandComputedValues) {
+  // 5 -> 3: windows [0, 2), [1, 4), [3, 5) along each axis (they overlap).
+  OneNode node("adaptive_avg_pool2d", {type_of(DType::F32, {1, 1, 5, 5})}, {{"output_size", Ints{3}}});
+  EXPECT_EQ(floats(reference(node, {iota({1, 1, 5, 5})})),
+            (std::vector<float>{4, 5.5f, 7, 11.5f, 13, 14.5f, 19, 20.5f, 22}));
+  // Upsampling: 2 -> 3 windows [0, 1), [0, 2), [1, 2).
+  OneNode up("adaptive_avg_pool2d", {type_of(DType::F64, {1, 1, 1, 2})}, {{"output_size", Ints{1, 3}}});
+  Tensor x = test::tensor_of(DType::F64, {1, 1, 1, 2}, {1, 4});
+  EXPECT_EQ(test::values_of<double>(reference(up, {x})), (std::vector<double>{1, 2.5, 4}));
+  // An output of size 0 is empty.
+  OneNode empty("adaptive_avg_pool2d", {type_of(DType::F32, {1, 2, 3, 3})}, {{"output_size", Ints{0, 2}}});
+  EXPECT_EQ(reference(empty, {iota({1, 2, 3, 3})}).numel(), 0);
+}
+
+// ---------------------------------------------------------------- optimized kernels
+
+struct PoolCase {
+  Ints x;
+  AttrMap attrs;
+};
+
+bool avx2_available() {
+  OneNode n("max_pool2d", {type_of(DType::F32, {1, 1, 2, 2})}, {{"kernel_size", Ints{2}}});
+  return test::has_kernel("max_pool2d", "avx2") && test::unsupported_reason(*n.node, "avx2").empty();
+}
+
+// An optimized kernel of `op` against the reference: max is exact (it selects an element), an
+// average is within the rounding bound of a sum of window-many terms.
+void check_kernel(const std::string& op, const std::string& kernel, const PoolCase& c,
+                  std::mt19937& rng, bool extremes = false) {
+  SCOPED_TRACE(op + " " + kernel + " on " + shape_string(c.x) + (extremes ? " with extremes" : ""));
+  OneNode node(op, {type_of(DType::F32, c.x)}, c.attrs);
+  ASSERT_EQ(test::unsupported_reason(*node.node, kernel), "");
+  Tensor x = test::random_tensor(DType::F32, c.x, rng);
+  if (extremes) test::sprinkle_extremes(x, rng);
+  const KernelSpec spec = test::spec_with_constants(*node.node);
+  Tensor expected = test::create_and_run(op, "reference", spec, {x});
+  Tensor got = test::create_and_run(op, kernel, spec, {x});
+  if (op == "max_pool2d") {
+    EXPECT_TRUE(test::same_values(got, expected));
+    return;
+  }
+  Tensor magnitude = test::create_and_run(op, "reference", spec, {test::abs_of(x)});
+  const Ints k = op == "adaptive_avg_pool2d" ? Ints{c.x[2] / node.output_type().shape[2].size(),
+                                                    c.x[3] / node.output_type().shape[3].size()}
+                                             : std::get<Ints>(c.attrs.at("kernel_size"));
+  test::expect_within_dot_bound(got, expected, magnitude, k[0] * k.back(), op);
+}
+
+TEST(OpsPooling, Avx2MaxPoolMatchesReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(3);
+  auto attrs = [](Ints k, Ints s, Ints p, Ints d = {1}, bool ceil = false) {
+    return AttrMap{{"kernel_size", k}, {"stride", s}, {"padding", p}, {"dilation", d}, {"ceil_mode", ceil}};
+  };
+  const std::vector<PoolCase> cases = {
+      {{1, 64, 112, 112}, attrs({3}, {2}, {1})},            // ResNet's stem: stride-2 loads
+      {{2, 3, 17, 13}, attrs({2}, {2}, {0})},
+      {{1, 4, 19, 37}, attrs({3}, {1}, {1})},               // contiguous loads
+      {{1, 2, 20, 20}, attrs({5}, {1}, {2})},               // SPPF
+      {{1, 5, 7, 7}, attrs({3, 2}, {2, 1}, {1, 0}, {1}, true)},
+      {{1, 2, 5, 5}, attrs({2}, {2}, {1}, {1}, true)},
+      {{1, 1, 2, 2}, attrs({3}, {2}, {0}, {1}, true)},
+      {{1, 3, 11, 40}, attrs({3}, {1}, {1}, {2, 3})},       // dilation
+      {{1, 3, 9, 50}, attrs({2}, {3}, {1})},                // stride 3: gathers
+      {{3, 7, 1, 1}, attrs({1}, {1}, {0})},
+      {{7, 9, 9}, attrs({3}, {3}, {0}, {1}, true)},
+      {{1, 1, 1, 17}, attrs({1, 3}, {1, 2}, {0, 1})},
+      {{1, 1, 3, 1000000 / 3}, attrs({1, 2}, {1, 2}, {0})},
+  };
+  for (const PoolCase& c : cases)
+    for (bool extremes : {false, true}) check_kernel("max_pool2d", "avx2", c, rng, extremes);
+}
+
+TEST(OpsPooling, OneDnnAvgPoolMatchesReference) {
+  std::mt19937 rng(5);
+  for (bool include : {true, false}) {
+    AttrMap common = {{"count_include_pad", include}};
+    auto with = [&](AttrMap a) {
+      a.insert(common.begin(), common.end());
+      return a;
+    };
+    check_kernel("avg_pool2d", "onednn", {{1, 64, 56, 56}, with({{"kernel_size", Ints{3}}, {"stride", Ints{1}}, {"padding", Ints{1}}})}, rng);
+    check_kernel("avg_pool2d", "onednn", {{2, 3, 17, 13}, with({{"kernel_size", Ints{2}}})}, rng);
+    check_kernel("avg_pool2d", "onednn", {{1, 5, 9, 7}, with({{"kernel_size", Ints{3, 2}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 0}}})}, rng);
+    // ceil_mode windows that stay within the declared padding.
+    check_kernel("avg_pool2d", "onednn", {{1, 2, 5, 5}, with({{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"padding", Ints{1}}, {"ceil_mode", true}})}, rng);
+  }
+  // Overhanging ceil_mode windows: oneDNN only where the padding isn't counted.
+  const AttrMap overhang = {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"ceil_mode", true}, {"count_include_pad", false}};
+  check_kernel("avg_pool2d", "onednn", {{1, 3, 8, 10}, overhang}, rng);
+  AttrMap counted = overhang;
+  counted["count_include_pad"] = true;
+  OneNode node("avg_pool2d", {type_of(DType::F32, {1, 3, 8, 10})}, counted);
+  EXPECT_NE(test::unsupported_reason(*node.node, "onednn"), "");
+  OneNode divisor("avg_pool2d", {type_of(DType::F32, {1, 3, 8, 10})},
+                  {{"kernel_size", Ints{2}}, {"divisor_override", int64_t{2}}});
+  EXPECT_EQ(test::unsupported_reason(*divisor.node, "onednn"), "divisor_override is set");
+}
+
+TEST(OpsPooling, OneDnnAdaptiveAvgPoolMatchesReferenceWhereSizesDivide) {
+  std::mt19937 rng(6);
+  check_kernel("adaptive_avg_pool2d", "onednn", {{1, 16, 14, 12}, {{"output_size", Ints{7, 3}}}}, rng);
+  check_kernel("adaptive_avg_pool2d", "onednn", {{2, 3, 6, 6}, {{"output_size", Ints{6}}}}, rng);
+  OneNode uneven("adaptive_avg_pool2d", {type_of(DType::F32, {1, 1, 5, 5})}, {{"output_size", Ints{3}}});
+  EXPECT_NE(test::unsupported_reason(*uneven.node, "onednn"), "");
+}
+
+TEST(OpsPooling, OneDnnDeclinesZeroSizeAndOtherDTypes) {
+  OneNode empty("avg_pool2d", {type_of(DType::F32, {0, 3, 4, 4})}, {{"kernel_size", Ints{2}}});
+  EXPECT_EQ(test::unsupported_reason(*empty.node, "onednn"), "zero-size tensor");
+  EXPECT_EQ(reference(empty, {Tensor::empty(DType::F32, {0, 3, 4, 4})}).sizes(), (Ints{0, 3, 2, 2}));
+  OneNode f64("avg_pool2d", {type_of(DType::F64, {1, 3, 4, 4})}, {{"kernel_size", Ints{2}}});
+  EXPECT_EQ(test::unsupported_reason(*f64.node, "onednn"), "f32 only");
+}
+
+// Two sums of the same n floats in double, in different orders, round to the same f32 mean or
+// neighbouring ones, unless values of very different magnitudes cancel: then each sum is still
+// within n * 2^-53 of sum |x| of the exact value.
+void expect_mean_within_bound(const Tensor& got, const Tensor& expected, const Tensor& magnitude,
+                              int64_t n) {
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], e = expected.data<float>()[i];
+    if (test::ulp_distance(g, e) <= 1) continue;
+    EXPECT_LE(std::fabs(double{g} - double{e}),
+              2 * static_cast<double>(n) * std::ldexp(1.0, -53) * magnitude.data<float>()[i])
+        << "element " << i << ": " << g << " vs " << e;
+  }
+}
+
+TEST(OpsPooling, GlobalAveragePoolMatchesReference) {
+  if (!test::has_kernel("adaptive_avg_pool2d", "global_avx2")) GTEST_SKIP() << "not an x86 build";
+  std::mt19937 rng(7);
+  const std::vector<Ints> cases = {{1, 1, 1, 1}, {1, 3, 1, 1}, {2, 7, 1, 7}, {1, 17, 17, 1},
+                                   {1, 2048, 7, 7}, {1, 1, 1024, 1024}, {3, 5, 3, 5}, {0, 4, 2, 2}};
+  for (const Ints& sizes : cases) {
+    OneNode node("adaptive_avg_pool2d", {type_of(DType::F32, sizes)}, {{"output_size", Ints{1}}});
+    if (!test::unsupported_reason(*node.node, "global_avx2").empty()) GTEST_SKIP() << "no AVX2+FMA";
+    for (bool extremes : {false, true}) {
+      SCOPED_TRACE(shape_string(sizes) + (extremes ? " with extremes" : ""));
+      Tensor x = test::random_tensor(DType::F32, sizes, rng, -3, 5);
+      if (extremes) test::sprinkle_extremes(x, rng);
+      Tensor expected = reference(node, {x});
+      Tensor got = test::run_kernel(*node.node, "global_avx2", {x}, 2)[0];
+      expect_mean_within_bound(got, expected, reference(node, {test::abs_of(x)}), sizes[2] * sizes[3]);
+    }
+  }
+  OneNode not_global("adaptive_avg_pool2d", {type_of(DType::F32, {1, 1, 4, 4})}, {{"output_size", Ints{2}}});
+  EXPECT_EQ(test::unsupported_reason(*not_global.node, "global_avx2"), "output_size is not [1, 1]");
+}
+
+// ---------------------------------------------------------------- through the executor
+
+TEST(OpsPooling, CompiledGraphRunsEveryPoolingOp) {
+  Graph g;
+  Dim batch = g.add_symbol("N", 1, 4);
+  Value* x = g.add_input("x", TensorType{DType::F32, {batch, Dim(8), Dim(16), Dim(16)}});
+  Value* m = g.add("max_pool2d", {x}, {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}});
+  Value* a = g.add("avg_pool2d", {m}, {{"kernel_size", Ints{2}}, {"ceil_mode", true}});
+  Value* p = g.add("adaptive_avg_pool2d", {a}, {{"output_size", Ints{1}}});
+  g.set_outputs({p, a});
+  auto best = CompiledGraph::compile(g);
+  auto slow = CompiledGraph::compile(g, {.kernel_policy = "reference"});
+  std::mt19937 rng(8);
+  Tensor input = test::random_tensor(DType::F32, {3, 8, 16, 16}, rng);
+  std::vector<Tensor> got = best->run({input.view()});
+  std::vector<Tensor> expected = slow->run({input.view()});
+  ASSERT_EQ(got[0].sizes(), (Ints{3, 8, 1, 1}));
+  ASSERT_EQ(got[1].sizes(), (Ints{3, 8, 4, 4}));
+  for (size_t i = 0; i < 2; ++i)
+    for (int64_t e = 0; e < got[i].numel(); ++e)
+      EXPECT_NEAR(got[i].data<float>()[e], expected[i].data<float>()[e], 1e-6);
+  EXPECT_NE(best->describe_plan({{3, 8, 16, 16}}).find("[kernel onednn]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln

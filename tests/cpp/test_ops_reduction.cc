@@ -1,0 +1,668 @@
+// Reduction ops: type inference (symbolic dims, PyTorch's dtype rules, bad dims), the reference
+// kernels against hand-computed values (NaN, integers, empty reductions, dims that are not
+// adjacent), the AVX2 kernels against the reference kernels within the bounds listed in
+// docs/ops.md, and every op through the executor.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "ops_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::OneNode;
+using test::type_of;
+using Sizes = std::vector<int64_t>;
+using Ints = std::vector<int64_t>;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <typename T>
+Tensor typed(DType dtype, const Sizes& sizes, const std::vector<T>& values) {
+  Tensor t = Tensor::empty(dtype, sizes);
+  KILN_ASSERT(t.numel() == static_cast<int64_t>(values.size()));
+  std::copy(values.begin(), values.end(), t.data<T>());
+  return t;
+}
+
+Tensor abs_of(const Tensor& x) {
+  Tensor out = Tensor::empty(DType::F32, x.sizes());
+  for (int64_t i = 0; i < x.numel(); ++i) out.data<float>()[i] = std::fabs(x.data<float>()[i]);
+  return out;
+}
+
+// The outputs of one kernel of `op` on input x.
+std::vector<Tensor> run(const std::string& op, const Tensor& x, const AttrMap& attrs = {},
+                        const std::string& kernel = "reference", int threads = 1) {
+  OneNode node(op, {TensorType{x.dtype(), make_shape(x.sizes())}}, attrs);
+  return test::run_kernel(*node.node, kernel, {x}, threads);
+}
+
+TensorType output_type(const std::string& op, const TensorType& x, const AttrMap& attrs = {},
+                       size_t i = 0) {
+  OneNode node(op, {x}, attrs);
+  return node.output_type(i);
+}
+
+std::string inference_error(const std::string& op, const TensorType& x, const AttrMap& attrs) {
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { OneNode node(op, {x}, attrs); }, &message),
+            ErrorCode::ShapeInference);
+  return message;
+}
+
+#define EXPECT_MENTIONS(text, part) \
+  EXPECT_NE((text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
+
+void expect_floats(const Tensor& got, const Sizes& sizes, const std::vector<float>& expected) {
+  ASSERT_EQ(got.dtype(), DType::F32);
+  EXPECT_EQ(got.sizes(), sizes);
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(test::ulp_distance(got.data<float>()[i], expected[i]), 0)
+        << "element " << i << ": " << got.data<float>()[i] << " vs " << expected[i];
+}
+
+template <typename T>
+void expect_values(const Tensor& got, DType dtype, const Sizes& sizes,
+                   const std::vector<T>& expected) {
+  EXPECT_EQ(got.dtype(), dtype);
+  EXPECT_EQ(got.sizes(), sizes);
+  EXPECT_EQ(test::values_of<T>(got), expected);
+}
+
+AttrMap dims(const Ints& d, bool keepdim = false) {
+  return {{"dim", d}, {"keepdim", keepdim}};
+}
+AttrMap one_dim(int64_t d) { return {{"dim", d}}; }
+
+// ---------------------------------------------------------------- type inference
+
+TEST(OpsReduction, InferenceKeepsSymbolicDims) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 32);
+  Value* x = g.add_input("x", TensorType{DType::F32, {batch, Dim(4), Dim(8)}});
+  auto type = [](DType d, Shape s) { return TensorType{d, std::move(s)}; };
+  EXPECT_EQ(g.add("sum", {x}, dims({1}))->type(), type(DType::F32, {batch, Dim(8)}));
+  EXPECT_EQ(g.add("mean", {x}, dims({1}, true))->type(), type(DType::F32, {batch, Dim(1), Dim(8)}));
+  EXPECT_EQ(g.add("amax", {x}, dims({-1, 0}, true))->type(), type(DType::F32, {1, 4, 1}));
+  EXPECT_EQ(g.add("var", {x}, dims({}))->type(), type(DType::F32, {}));
+  EXPECT_EQ(g.add("argmax", {x}, dims({}, true))->type(), type(DType::I64, {1, 1, 1}));
+  EXPECT_EQ(g.add("argmin", {x}, dims({2}))->type(), type(DType::I64, {batch, Dim(4)}));
+  std::vector<Value*> max_dim = g.add_node("max_dim", {x}, {{"dim", int64_t{1}}});
+  ASSERT_EQ(max_dim.size(), 2u);
+  EXPECT_EQ(max_dim[0]->type(), type(DType::F32, {batch, Dim(8)}));
+  EXPECT_EQ(max_dim[1]->type(), type(DType::I64, {batch, Dim(8)}));
+  std::vector<Value*> topk = g.add_node("topk", {x}, {{"k", int64_t{3}}});
+  ASSERT_EQ(topk.size(), 2u);
+  EXPECT_EQ(topk[0]->type(), type(DType::F32, {batch, Dim(4), Dim(3)}));
+  EXPECT_EQ(topk[1]->type(), type(DType::I64, {batch, Dim(4), Dim(3)}));
+  // k up to the symbol's largest size is accepted here and checked again on concrete shapes.
+  EXPECT_EQ(g.add_node("topk", {x}, {{"k", int64_t{20}}, {"dim", int64_t{0}}})[0]->type(),
+            type(DType::F32, {20, 4, 8}));
+  EXPECT_EQ(g.add("log_softmax", {x}, one_dim(0))->type(), x->type());
+  EXPECT_EQ(g.add("cumsum", {x}, one_dim(-2))->type(), x->type());
+  EXPECT_EQ(g.add("std", {x}, {{"dim", Ints{1}}, {"correction", int64_t{0}}})->type(),
+            type(DType::F32, {batch, Dim(8)}));
+  g.set_outputs({g.add("logsumexp", {x}, dims({0}))});
+  EXPECT_NO_THROW(verify(g));
+}
+
+TEST(OpsReduction, InferenceFollowsPyTorchDTypes) {
+  for (DType d : {DType::I64, DType::I32, DType::I16, DType::I8, DType::U8, DType::Bool}) {
+    SCOPED_TRACE(std::string(dtype_name(d)));
+    const TensorType x = type_of(d, {2, 3});
+    EXPECT_EQ(output_type("sum", x).dtype, DType::I64);
+    EXPECT_EQ(output_type("prod", x).dtype, DType::I64);
+    EXPECT_EQ(output_type("cumsum", x, one_dim(0)).dtype, DType::I64);
+    EXPECT_EQ(output_type("amax", x).dtype, d);
+    EXPECT_EQ(output_type("min", x).dtype, d);
+    EXPECT_EQ(output_type("any", x).dtype, d == DType::U8 ? DType::U8 : DType::Bool);
+    EXPECT_EQ(output_type("all", x).dtype, d == DType::U8 ? DType::U8 : DType::Bool);
+    EXPECT_EQ(output_type("logsumexp", x).dtype, DType::F32);
+    EXPECT_EQ(output_type("max_dim", x, {{"dim", int64_t{0}}}, 1).dtype, DType::I64);
+    if (d != DType::Bool) {
+      EXPECT_EQ(output_type("argmax", x).dtype, DType::I64);
+      EXPECT_EQ(output_type("topk", x, {{"k", int64_t{1}}}).dtype, d);
+    }
+  }
+  const TensorType x = type_of(DType::F64, {2, 3});
+  for (const char* op : {"sum", "prod", "mean", "var", "std", "logsumexp", "amax"})
+    EXPECT_EQ(output_type(op, x).dtype, DType::F64) << op;
+  EXPECT_EQ(output_type("any", x).dtype, DType::Bool);
+  EXPECT_EQ(output_type("log_softmax", x, one_dim(1)).dtype, DType::F64);
+}
+
+TEST(OpsReduction, InferenceRejectsBadDimsAndDTypes) {
+  const TensorType x = type_of(DType::F32, {2, 3, 4});
+  EXPECT_MENTIONS(inference_error("sum", x, dims({3})),
+                  "dim 3 is out of range for rank 3; use [-3, 2]");
+  EXPECT_MENTIONS(inference_error("sum", x, dims({0, -3})), "dim 0 appears twice in dim [0, -3]");
+  EXPECT_MENTIONS(inference_error("argmax", x, dims({0, 1})), "must hold at most one dim");
+  EXPECT_MENTIONS(inference_error("log_softmax", x, one_dim(-4)), "use [-3, 2]");
+  EXPECT_MENTIONS(inference_error("mean", type_of(DType::I32, {2}), {}),
+                  "mean takes f32, f64, not i32; insert a cast");
+  for (const char* op : {"var", "std"})
+    EXPECT_MENTIONS(inference_error(op, type_of(DType::I64, {2}), {}), "insert a cast");
+  EXPECT_MENTIONS(inference_error("log_softmax", type_of(DType::I64, {2}), one_dim(0)),
+                  "insert a cast");
+  EXPECT_MENTIONS(inference_error("argmax", type_of(DType::Bool, {2}), {}), "not bool");
+  EXPECT_MENTIONS(inference_error("topk", type_of(DType::Bool, {2}), {{"k", int64_t{1}}}),
+                  "not bool");
+  EXPECT_MENTIONS(inference_error("sum", type_of(DType::F16, {2}), {}), "not f16");
+  // The shapes are in the message.
+  EXPECT_MENTIONS(inference_error("amax", type_of(DType::F32, {0, 3}), dims({0})),
+                  "(f32[0, 3]): it reduces dim 0 of size 0");
+  EXPECT_MENTIONS(inference_error("argmin", type_of(DType::F32, {0, 3}), {}), "of size 0");
+  EXPECT_EQ(output_type("amax", type_of(DType::F32, {0, 3}), dims({1})), type_of(DType::F32, {0}));
+  EXPECT_MENTIONS(inference_error("topk", x, {{"k", int64_t{5}}}),
+                  "k is 5; it must be in [0, 4] (the size of dim 2)");
+  EXPECT_MENTIONS(inference_error("topk", x, {{"k", int64_t{-1}}}), "k is -1");
+  EXPECT_EQ(test::error_code_of([&] { OneNode node("max_dim", {x}); }), ErrorCode::ShapeInference);
+
+  Graph g;
+  Value* b = g.add_input("b", TensorType{DType::F32, {g.add_symbol("B", 1, 32)}});
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { g.add_node("topk", {b}, {{"k", int64_t{33}}}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_MENTIONS(message, "it must be in [0, 32]");
+
+  // A rank-0 input takes dim 0 or -1, as in PyTorch.
+  const TensorType scalar = type_of(DType::F32, {});
+  EXPECT_EQ(output_type("sum", scalar, dims({0})), scalar);
+  EXPECT_EQ(output_type("argmax", scalar, dims({-1}, true)), type_of(DType::I64, {}));
+  EXPECT_EQ(output_type("topk", scalar, {{"k", int64_t{1}}}), scalar);
+  EXPECT_MENTIONS(inference_error("sum", scalar, dims({1})), "use [-1, 0]");
+  EXPECT_MENTIONS(inference_error("topk", scalar, {{"k", int64_t{2}}}), "takes k = 1");
+}
+
+// ---------------------------------------------------------------- reference kernels
+
+TEST(OpsReduction, ReferenceReductionsMatchHandComputedValues) {
+  const Tensor x = test::tensor_of({2, 3}, {1, 2, 3, 4, 5, -6});
+  expect_floats(run("sum", x, dims({0}))[0], {3}, {5, 7, -3});
+  expect_floats(run("sum", x, dims({1}, true))[0], {2, 1}, {6, 3});
+  expect_floats(run("sum", x)[0], {}, {9});
+  expect_floats(run("mean", x, dims({1}))[0], {2}, {2, 1});
+  expect_floats(run("prod", x, dims({1}))[0], {2}, {6, -120});
+  expect_floats(run("amax", x, dims({1}))[0], {2}, {3, 5});
+  expect_floats(run("max", x)[0], {}, {5});
+  expect_floats(run("amin", x, dims({0}))[0], {3}, {1, 2, -6});
+  expect_floats(run("min", x, dims({-1}))[0], {2}, {1, -6});
+  // Row 1: mean 1, squared deviations 9 + 16 + 49 = 74.
+  expect_floats(run("var", x, dims({1}))[0], {2}, {1, 37});
+  expect_floats(run("std", x, {{"dim", Ints{1}}, {"correction", 0.0}})[0], {2},
+                {0.816496611f, 4.96655464f});
+  expect_floats(run("logsumexp", x, dims({1}))[0], {2}, {3.40760589f, 5.31327391f});
+  expect_values<int64_t>(run("argmax", x, dims({1}))[0], DType::I64, {2}, {2, 1});
+  expect_values<int64_t>(run("argmax", x)[0], DType::I64, {}, {4});
+  expect_values<int64_t>(run("argmin", x, dims({0}, true))[0], DType::I64, {1, 3}, {0, 0, 1});
+  std::vector<Tensor> max_dim = run("max_dim", x, {{"dim", int64_t{0}}});
+  expect_floats(max_dim[0], {3}, {4, 5, 3});
+  expect_values<int64_t>(max_dim[1], DType::I64, {3}, {1, 1, 0});
+  std::vector<Tensor> min_dim = run("min_dim", x, {{"dim", int64_t{1}}, {"keepdim", true}});
+  expect_floats(min_dim[0], {2, 1}, {1, -6});
+  expect_values<int64_t>(min_dim[1], DType::I64, {2, 1}, {0, 2});
+
+  const Tensor flags = test::tensor_of({2, 3}, {0, 0.5f, 0, 1, -1, 2});
+  expect_values<bool>(run("any", flags, dims({0}))[0], DType::Bool, {3}, {true, true, true});
+  expect_values<bool>(run("all", flags, dims({1}))[0], DType::Bool, {2}, {false, true});
+  // Ties keep the first index.
+  const Tensor ties = test::tensor_of({4}, {2, 7, 7, 2});
+  expect_values<int64_t>(run("argmax", ties)[0], DType::I64, {}, {1});
+  expect_values<int64_t>(run("argmin", ties)[0], DType::I64, {}, {0});
+}
+
+// A naive sum over dims 0 and 2 of [2, 3, 4, 5] and over dims 1 and 3, which are not one block:
+// the reference walks them by index arithmetic.
+TEST(OpsReduction, ReferenceWalksDimsThatAreNotAdjacent) {
+  Tensor x = Tensor::empty(DType::I32, {2, 3, 4, 5});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(i * i % 97);
+  auto at = [&](int64_t a, int64_t b, int64_t c, int64_t d) {
+    return x.data<int32_t>()[((a * 3 + b) * 4 + c) * 5 + d];
+  };
+  std::vector<int64_t> over_0_2, over_1_3;
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t d = 0; d < 5; ++d) {
+      int64_t s = 0;
+      for (int64_t a = 0; a < 2; ++a)
+        for (int64_t c = 0; c < 4; ++c) s += at(a, b, c, d);
+      over_0_2.push_back(s);
+    }
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t c = 0; c < 4; ++c) {
+      int64_t s = 0;
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t d = 0; d < 5; ++d) s += at(a, b, c, d);
+      over_1_3.push_back(s);
+    }
+  expect_values(run("sum", x, dims({0, 2}))[0], DType::I64, {3, 5}, over_0_2);
+  expect_values(run("sum", x, dims({-1, 1}, true))[0], DType::I64, {2, 1, 4, 1}, over_1_3);
+  // The flattened index of argmax counts the reduced dims in row-major order.
+  const Tensor y = test::tensor_of({2, 3, 2}, {0, 9, 1, 1, 1, 1, 8, 1, 1, 1, 1, 7});
+  expect_values<int64_t>(run("argmax", y, dims({1}))[0], DType::I64, {2, 2}, {1, 0, 0, 2});
+  expect_floats(run("amax", y, dims({0, 2}))[0], {3}, {9, 1, 7});
+  // Size-1 dims between reduced dims don't split them.
+  const Tensor z = test::tensor_of({2, 1, 3}, {1, 2, 3, 4, 5, 6});
+  expect_floats(run("sum", z, dims({0, 2}))[0], {1}, {21});
+}
+
+TEST(OpsReduction, ReferencePropagatesNaNAsPyTorch) {
+  const Tensor x = test::tensor_of({4}, {1, kNaN, 3, kNaN});
+  expect_floats(run("amax", x)[0], {}, {kNaN});
+  expect_floats(run("amin", x)[0], {}, {kNaN});
+  expect_floats(run("sum", x)[0], {}, {kNaN});
+  expect_values<int64_t>(run("argmax", x)[0], DType::I64, {}, {1});
+  expect_values<int64_t>(run("argmin", x)[0], DType::I64, {}, {1});
+  std::vector<Tensor> max_dim = run("max_dim", x, {{"dim", int64_t{0}}});
+  expect_floats(max_dim[0], {}, {kNaN});
+  expect_values<int64_t>(max_dim[1], DType::I64, {}, {1});
+  // Equal zeros: the first one stays (bit for bit).
+  EXPECT_TRUE(std::signbit(run("amax", test::tensor_of({2}, {-0.0f, 0.0f}))[0].data<float>()[0]));
+  EXPECT_FALSE(std::signbit(run("amax", test::tensor_of({2}, {0.0f, -0.0f}))[0].data<float>()[0]));
+  expect_floats(run("var", test::tensor_of({2}, {kInf, 1}))[0], {}, {kNaN});
+  expect_floats(run("logsumexp", test::tensor_of({2}, {-kInf, -kInf}))[0], {}, {-kInf});
+  expect_floats(run("logsumexp", test::tensor_of({2}, {kInf, -kInf}))[0], {}, {kInf});
+  expect_floats(run("logsumexp", test::tensor_of({2}, {kNaN, 1}))[0], {}, {kNaN});
+  expect_floats(run("log_softmax", test::tensor_of({2}, {kInf, 1}), one_dim(0))[0], {2},
+                {kNaN, kNaN});
+  expect_floats(run("log_softmax", test::tensor_of({2}, {-kInf, -kInf}), one_dim(0))[0], {2},
+                {kNaN, kNaN});
+  expect_values<bool>(run("any", test::tensor_of({2}, {kNaN, 0}))[0], DType::Bool, {}, {true});
+  expect_values<bool>(run("any", test::tensor_of({2}, {0.0f, -0.0f}))[0], DType::Bool, {}, {false});
+  expect_floats(run("cumsum", test::tensor_of({3}, {1, kNaN, 2}), one_dim(0))[0], {3},
+                {1, kNaN, kNaN});
+}
+
+TEST(OpsReduction, ReferenceIntegersWrapAndPromote) {
+  const int64_t big = int64_t{1} << 62;
+  expect_values<int64_t>(run("sum", typed<int64_t>(DType::I64, {2}, {big, big}))[0], DType::I64,
+                         {}, {std::numeric_limits<int64_t>::min()});
+  expect_values<int64_t>(run("sum", typed<bool>(DType::Bool, {3}, {true, true, false}))[0],
+                         DType::I64, {}, {2});
+  const Tensor bytes = typed<uint8_t>(DType::U8, {3}, {200, 100, 7});
+  expect_values<int64_t>(run("sum", bytes)[0], DType::I64, {}, {307});
+  expect_values<int64_t>(run("prod", bytes)[0], DType::I64, {}, {140000});
+  expect_values<uint8_t>(run("amax", bytes)[0], DType::U8, {}, {200});
+  expect_values<int64_t>(run("argmin", bytes)[0], DType::I64, {}, {2});
+  expect_values<uint8_t>(run("any", bytes)[0], DType::U8, {}, {1});
+  expect_values<int64_t>(
+      run("cumsum", typed<int8_t>(DType::I8, {3}, {100, 100, -128}), one_dim(0))[0], DType::I64,
+      {3}, {100, 200, 72});
+  expect_values<int32_t>(run("amin", typed<int32_t>(DType::I32, {2, 2}, {5, -9, 3, 4}),
+                             dims({1}))[0],
+                         DType::I32, {2}, {-9, 3});
+  const Tensor lse = run("logsumexp", typed<int32_t>(DType::I32, {2}, {0, 0}))[0];
+  expect_floats(lse, {}, {0.693147182f});
+  std::vector<Tensor> bool_max = run("max_dim", typed<bool>(DType::Bool, {3}, {false, true, true}),
+                                     {{"dim", int64_t{0}}});
+  expect_values<bool>(bool_max[0], DType::Bool, {}, {true});
+  expect_values<int64_t>(bool_max[1], DType::I64, {}, {1});
+  expect_values<bool>(run("all", typed<bool>(DType::Bool, {2}, {true, false}))[0], DType::Bool, {},
+                      {false});
+  std::vector<Tensor> top = run("topk", typed<int16_t>(DType::I16, {4}, {3, -2, 9, 3}),
+                                {{"k", int64_t{2}}});
+  expect_values<int16_t>(top[0], DType::I16, {2}, {9, 3});
+  expect_values<int64_t>(top[1], DType::I64, {2}, {2, 0});
+}
+
+TEST(OpsReduction, ReferenceVarianceTakesCorrection) {
+  const Tensor two = test::tensor_of({2}, {1, 2});
+  expect_floats(run("var", two, {{"correction", 0.0}})[0], {}, {0.25f});
+  expect_floats(run("var", two, {{"correction", int64_t{2}}})[0], {}, {kInf});
+  expect_floats(run("std", two, {{"correction", 0.0}})[0], {}, {0.5f});
+  expect_floats(run("var", test::tensor_of({3}, {1, 2, 3}), {{"correction", 0.5}})[0], {}, {0.8f});
+  expect_floats(run("var", test::tensor_of({1}, {3}))[0], {}, {kNaN});
+}
+
+TEST(OpsReduction, ReferenceEmptyReductionsGiveIdentities) {
+  const Tensor x = Tensor::empty(DType::F32, {0, 3});
+  expect_floats(run("sum", x, dims({0}))[0], {3}, {0, 0, 0});
+  expect_floats(run("prod", x, dims({0}))[0], {3}, {1, 1, 1});
+  expect_floats(run("mean", x, dims({0}))[0], {3}, {kNaN, kNaN, kNaN});
+  expect_floats(run("var", x, dims({0}))[0], {3}, {kNaN, kNaN, kNaN});
+  expect_floats(run("logsumexp", x, dims({0}))[0], {3}, {-kInf, -kInf, -kInf});
+  expect_values<bool>(run("any", x, dims({0}))[0], DType::Bool, {3}, {false, false, false});
+  expect_values<bool>(run("all", x, dims({0}))[0], DType::Bool, {3}, {true, true, true});
+  expect_floats(run("amax", x, dims({1}))[0], {0}, {});
+  expect_floats(run("cumsum", x, one_dim(0))[0], {0, 3}, {});
+  std::vector<Tensor> none = run("topk", test::tensor_of({2, 3}, {1, 2, 3, 4, 5, 6}),
+                                 {{"k", int64_t{0}}});
+  expect_floats(none[0], {2, 0}, {});
+  expect_values<int64_t>(none[1], DType::I64, {2, 0}, {});
+}
+
+TEST(OpsReduction, ReferenceOpsAlongOneDim) {
+  const Tensor x = test::tensor_of({2, 2}, {1, 2, 3, 4});
+  expect_floats(run("cumsum", x, one_dim(0))[0], {2, 2}, {1, 2, 4, 6});
+  expect_floats(run("cumsum", x, one_dim(-1))[0], {2, 2}, {1, 3, 3, 7});
+  // log_softmax = x - logsumexp: -log(1 + e) and -log(1 + 1/e) down each column.
+  expect_floats(run("log_softmax", x, one_dim(0))[0], {2, 2},
+                {-2.12692809f, -2.12692809f, -0.126928017f, -0.126928017f});
+  expect_floats(run("log_softmax", test::tensor_of({}, {5}), one_dim(0))[0], {}, {0});
+
+  auto topk = [](const Tensor& t, AttrMap attrs) { return run("topk", t, attrs); };
+  const Tensor ties = test::tensor_of({4}, {1, 3, 3, 1});
+  std::vector<Tensor> top = topk(ties, {{"k", int64_t{3}}});
+  expect_floats(top[0], {3}, {3, 3, 1});
+  expect_values<int64_t>(top[1], DType::I64, {3}, {1, 2, 0});
+  top = topk(ties, {{"k", int64_t{2}}, {"largest", false}, {"sorted", false}});
+  expect_floats(top[0], {2}, {1, 1});
+  expect_values<int64_t>(top[1], DType::I64, {2}, {0, 3});
+  // NaN ranks above every number, for the largest and the smallest alike.
+  const Tensor nan = test::tensor_of({3}, {1, kNaN, 3});
+  top = topk(nan, {{"k", int64_t{2}}});
+  expect_floats(top[0], {2}, {kNaN, 3});
+  expect_values<int64_t>(top[1], DType::I64, {2}, {1, 2});
+  top = topk(nan, {{"k", int64_t{2}}, {"largest", false}});
+  expect_floats(top[0], {2}, {1, 3});
+  expect_values<int64_t>(top[1], DType::I64, {2}, {0, 2});
+  top = topk(test::tensor_of({2, 2}, {1, kNaN, kNaN, 2}), {{"k", int64_t{1}}, {"dim", int64_t{0}}});
+  expect_floats(top[0], {1, 2}, {kNaN, kNaN});
+  expect_values<int64_t>(top[1], DType::I64, {1, 2}, {1, 0});
+}
+
+// ---------------------------------------------------------------- AVX2 kernels
+
+bool avx2_available() {
+  OneNode n("sum", {type_of(DType::F32, {8})});
+  return test::has_kernel("sum", "avx2") && test::unsupported_reason(*n.node, "avx2").empty();
+}
+
+// docs/ops.md: an element of an f32 sum of n terms passes through at most T(n) roundings.
+double rounding_depth(int64_t n) {
+  return std::ceil(std::log2(static_cast<double>(std::max<int64_t>(n, 1)))) + 10;
+}
+
+double ulp_of(float r) {
+  const float a = std::fabs(r);
+  return static_cast<double>(std::nextafter(a, kInf)) - a;
+}
+
+// Elements folded into each output: the reduced count, or the dim's size for log_softmax.
+int64_t folded_count(const std::string& op, const AttrMap& attrs, const Tensor& x,
+                     const Tensor& out) {
+  if (op == "log_softmax") {
+    const int64_t rank = static_cast<int64_t>(x.sizes().size());
+    const int64_t d = std::get<int64_t>(attrs.at("dim"));
+    return rank == 0 ? 1 : x.sizes()[static_cast<size_t>(d < 0 ? d + rank : d)];
+  }
+  return out.numel() == 0 ? 0 : x.numel() / out.numel();
+}
+
+// An AVX2 result against the reference's within the op's bound (docs/ops.md).
+void expect_within_bound(const std::string& op, const AttrMap& attrs, const Tensor& x,
+                         const Tensor& got, const Tensor& expected) {
+  ASSERT_EQ(got.sizes(), expected.sizes());
+  const double u = std::ldexp(1.0, -24);
+  const double depth = rounding_depth(folded_count(op, attrs, x, expected));
+  Tensor magnitude;
+  if (op == "sum" || op == "mean") magnitude = run(op, abs_of(x), attrs)[0];
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], r = expected.data<float>()[i];
+    // Streamed only on failure (formatting every element would dominate the test's time).
+    auto where = [&] {
+      std::ostringstream out;
+      out << op << " element " << i << ": " << g << " vs the reference's " << r;
+      return out.str();
+    };
+    if (!std::isfinite(r) || !std::isfinite(g)) {
+      ASSERT_EQ(test::ulp_distance(g, r), 0) << where();
+      continue;
+    }
+    if (op == "sum" || op == "mean") {
+      const double extra = op == "sum" ? 2 : 3;
+      ASSERT_LE(std::fabs(double(g) - r), (depth + extra) * u * magnitude.data<float>()[i])
+          << where();
+    } else if (op == "var" || op == "std") {
+      ASSERT_LE(test::ulp_distance(g, r), 1) << where();
+    } else if (op == "logsumexp" || op == "log_softmax") {
+      ASSERT_LE(std::fabs(double(g) - r), ulp_of(r) + (depth + 3) * u) << where();
+    } else {
+      ASSERT_EQ(test::ulp_distance(g, r), 0) << where();
+    }
+  }
+}
+
+// Runs the AVX2 kernel on 1 and 2 threads (bit for bit the same) against the reference.
+void expect_avx2_matches_reference(const std::string& op, const AttrMap& attrs, const Tensor& x) {
+  OneNode node(op, {type_of(DType::F32, x.sizes())}, attrs);
+  ASSERT_EQ(test::unsupported_reason(*node.node, "avx2"), "");
+  const Tensor expected = test::run_kernel(*node.node, "reference", {x})[0];
+  const Tensor serial = test::run_kernel(*node.node, "avx2", {x}, 1)[0];
+  expect_within_bound(op, attrs, x, serial, expected);
+  EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "avx2", {x}, 2)[0], serial));
+}
+
+// NaN, infinities, zeros, subnormals and magnitudes whose sums stay finite in f32 (a sum that
+// overflows f32 is inf where the f64 reference may not be; docs/ops.md).
+const std::vector<float>& sum_extremes(bool finite_only) {
+  static const std::vector<float> finite = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-40f, -3e-39f,
+                                            1.17549435e-38f, 1e10f, -1e10f, 88.7f, -104.5f};
+  static const std::vector<float> all = [] {
+    std::vector<float> v = finite;
+    v.insert(v.end(), {kNaN, kInf, -kInf});
+    return v;
+  }();
+  return finite_only ? finite : all;
+}
+
+std::string list_of(const Ints& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+void sprinkle(Tensor& t, const std::vector<float>& values, std::mt19937& rng) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (rng() % 8 == 0) t.data<float>()[i] = values[rng() % values.size()];
+}
+
+struct ReductionCase {
+  Sizes sizes;
+  Ints dims;
+};
+
+// Rows (the last dims), columns (a block with dims after it), about a million elements (one
+// row or one strip, whose passes are split over the threads), zero sizes.
+const std::vector<ReductionCase>& reduction_cases() {
+  static const std::vector<ReductionCase> cases = {
+      {{1}, {}},          {{3}, {}},           {{7}, {0}},          {{17}, {-1}},
+      {{5, 17}, {1}},     {{300, 33}, {-1}},   {{2, 3, 40}, {1, 2}}, {{1 << 20}, {}},
+      {{17, 7}, {0}},     {{4, 17, 3}, {1}},   {{2, 5, 37}, {1}},   {{3, 9, 8, 2}, {1, 2}},
+      {{131072, 8}, {0}}, {{6, 1, 5}, {0, 1}}, {{40, 64}, {0}},     {{3, 1000, 24}, {1}},
+      {{0, 5}, {1}},      {{5, 0}, {0}},       {{5, 0}, {1}},
+  };
+  return cases;
+}
+
+std::string case_name(const std::string& op, const Sizes& sizes, const std::string& axes,
+                      int variant) {
+  static const char* variants[] = {"", " with finite extremes", " with extremes",
+                                   " with extremes up to FLT_MAX"};
+  return op + " over " + shape_string(sizes) + " dims " + axes + variants[variant];
+}
+
+// Random values in [-4, 4), then: 1, finite extremes; 2, NaN and infinities too (for sums); 3,
+// every value of test::extreme_floats (FLT_MAX included: not for sums).
+Tensor case_input(const Sizes& sizes, int variant, std::mt19937& rng) {
+  Tensor x = test::random_tensor(DType::F32, sizes, rng, -4, 4);
+  if (variant == 1 || variant == 2) sprinkle(x, sum_extremes(variant == 1), rng);
+  if (variant == 3) test::sprinkle_extremes(x, rng);
+  return x;
+}
+
+bool is_sum(const std::string& op) { return op == "sum" || op == "mean"; }
+
+TEST(OpsReduction, Avx2ReductionsMatchReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(7);
+  for (const ReductionCase& c : reduction_cases()) {
+    std::vector<bool> reduced(c.sizes.size(), c.dims.empty());
+    for (int64_t d : c.dims)
+      reduced[static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(c.sizes.size()) : d)] = true;
+    bool empty_reduction = false;
+    for (size_t d = 0; d < c.sizes.size(); ++d) empty_reduction |= reduced[d] && c.sizes[d] == 0;
+    const bool large = num_elements(c.sizes) > 100000;
+    for (int variant = 0; variant < 4; ++variant) {
+      if (large && variant == 1) continue;  // keeps the test fast; small cases cover it
+      const Tensor x = case_input(c.sizes, variant, rng);
+      for (std::string op : {"sum", "mean", "amax", "amin", "var", "std", "logsumexp"}) {
+        if ((variant == 2 && !is_sum(op)) || (variant == 3 && is_sum(op))) continue;
+        if (empty_reduction && (op == "amax" || op == "amin")) continue;  // undefined
+        SCOPED_TRACE(case_name(op, c.sizes, list_of(c.dims), variant));
+        expect_avx2_matches_reference(op, dims(c.dims), x);
+      }
+    }
+  }
+}
+
+TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(11);
+  const std::vector<std::pair<Sizes, int64_t>> cases = {
+      {{1}, 0},         {{3}, 0},        {{5, 17}, 1},     {{300, 33}, -1}, {{1 << 20}, 0},
+      {{17, 7}, 0},     {{4, 17, 3}, 1}, {{2, 5, 37}, 1},  {{131072, 8}, 0}, {{3, 1000, 24}, 1},
+      {{0, 5}, 1},      {{5, 0}, 1},     {{5, 0}, 0},      {{}, 0},
+  };
+  for (const auto& [sizes, dim] : cases)
+    for (int variant : {0, 3}) {
+      SCOPED_TRACE(case_name("log_softmax", sizes, std::to_string(dim), variant));
+      expect_avx2_matches_reference("log_softmax", one_dim(dim), case_input(sizes, variant, rng));
+    }
+  // Inputs spread far apart: x - max reaches the underflow of exp.
+  Tensor wide = test::random_tensor(DType::F32, {64, 100}, rng, -120, 60);
+  expect_avx2_matches_reference("log_softmax", one_dim(1), wide);
+  expect_avx2_matches_reference("logsumexp", dims({1}), wide);
+}
+
+TEST(OpsReduction, Avx2DeclinesWhatTheReferenceTakes) {
+  if (!test::has_kernel("sum", "avx2")) GTEST_SKIP() << "not an x86 build";
+  OneNode apart("sum", {type_of(DType::F32, {2, 3, 4})}, dims({0, 2}));
+  EXPECT_MENTIONS(test::unsupported_reason(*apart.node, "avx2"),
+                  "the reduced dims of [2, 3, 4] are not one block of adjacent dims");
+  OneNode f64("mean", {type_of(DType::F64, {4})});
+  EXPECT_NE(test::unsupported_reason(*f64.node, "avx2"), "");
+  OneNode i32("amax", {type_of(DType::I32, {4})});
+  EXPECT_NE(test::unsupported_reason(*i32.node, "avx2"), "");
+  // Dims that stay one block after size-1 dims are dropped are taken.
+  OneNode joined("sum", {type_of(DType::F32, {2, 1, 3, 4})}, dims({0, 2}));
+  if (avx2_available()) {
+    EXPECT_EQ(test::unsupported_reason(*joined.node, "avx2"), "");
+  }
+}
+
+// The bound of docs/ops.md on a sum whose terms all have one sign (where it is relative to the
+// result): a million copies of 0.1f, whose exact sum is 1e6 * 0.1f. A plain f32 loop is off by
+// about 1%.
+TEST(OpsReduction, Avx2SumOfAMillionStaysAccurate) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  const int64_t n = 1000000;
+  Tensor x = Tensor::empty(DType::F32, {n});
+  std::fill(x.data<float>(), x.data<float>() + n, 0.1f);
+  const double exact = static_cast<double>(n) * 0.1f;
+  for (int threads : {1, 2}) {
+    const float sum = run("sum", x, {}, "avx2", threads)[0].data<float>()[0];
+    EXPECT_LE(std::fabs(sum - exact) / exact, rounding_depth(n) * std::ldexp(1.0, -24)) << sum;
+    const float mean = run("mean", x, {}, "avx2", threads)[0].data<float>()[0];
+    EXPECT_LE(std::fabs(mean - 0.1f) / 0.1f, (rounding_depth(n) + 1) * std::ldexp(1.0, -24));
+  }
+  // Down the columns too: 2^17 steps of 8 lanes.
+  const int64_t steps = int64_t{1} << 17;
+  Tensor columns = Tensor::empty(DType::F32, {steps, 8});
+  std::fill(columns.data<float>(), columns.data<float>() + 8 * steps, 0.1f);
+  const double column_exact = static_cast<double>(steps) * 0.1f;
+  for (float sum : test::values_of<float>(run("sum", columns, dims({0}), "avx2", 2)[0]))
+    EXPECT_LE(std::fabs(sum - column_exact) / column_exact,
+              rounding_depth(steps) * std::ldexp(1.0, -24))
+        << sum;
+}
+
+// var is two-pass in f64: a small spread around a large mean loses nothing.
+TEST(OpsReduction, Avx2VarianceKeepsSmallSpreadAroundLargeMean) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(13);
+  Tensor x = test::random_tensor(DType::F32, {16, 1000}, rng, 1000, 1000.01);
+  for (const char* op : {"var", "std"}) {
+    expect_avx2_matches_reference(op, dims({1}), x);
+    expect_avx2_matches_reference(op, dims({0}), x);
+  }
+}
+
+// ---------------------------------------------------------------- through the executor
+
+// Every op on a graph input with a symbolic batch, the best kernels against the reference
+// policy (within the bounds above), on two batch sizes.
+TEST(OpsReduction, EveryOpRunsThroughTheExecutor) {
+  const std::vector<std::pair<std::string, AttrMap>> cases = {
+      {"sum", dims({1})},
+      {"mean", dims({-1}, true)},
+      {"prod", dims({0})},
+      {"amax", {}},
+      {"amin", dims({1})},
+      {"max", dims({2})},
+      {"min", dims({0, 2})},
+      {"argmax", dims({1})},
+      {"argmin", {}},
+      {"max_dim", {{"dim", int64_t{2}}}},
+      {"min_dim", {{"dim", int64_t{0}}, {"keepdim", true}}},
+      {"var", {{"dim", Ints{2}}, {"correction", 0.0}}},
+      {"std", dims({1})},
+      {"any", dims({1})},
+      {"all", {}},
+      {"logsumexp", dims({2})},
+      {"log_softmax", one_dim(-1)},
+      {"cumsum", one_dim(1)},
+      {"topk", {{"k", int64_t{3}}, {"dim", int64_t{2}}}},
+  };
+  std::mt19937 rng(17);
+  for (const auto& [op, attrs] : cases) {
+    SCOPED_TRACE(op);
+    Graph g;
+    Value* x = g.add_input("x", TensorType{DType::F32, {g.add_symbol("B", 1, 8), Dim(5), Dim(6)}});
+    g.set_outputs(g.add_node(op, {x}, attrs));
+    auto best = CompiledGraph::compile(g);
+    CompileOptions reference_policy;
+    reference_policy.kernel_policy = "reference";
+    auto reference = CompiledGraph::compile(g, reference_policy);
+    for (int64_t batch : {1, 3}) {
+      Tensor input = test::random_tensor(DType::F32, {batch, 5, 6}, rng);
+      if (op == "any" || op == "all") input.data<float>()[2] = 0;
+      std::vector<Tensor> got = best->run({input.view()});
+      std::vector<Tensor> expected = reference->run({input.view()});
+      ASSERT_EQ(got.size(), expected.size());
+      ASSERT_EQ(got[0].sizes(), expected[0].sizes());
+      const std::vector<int64_t> want = best->output_sizes({{batch, 5, 6}})[0];
+      EXPECT_EQ(got[0].sizes(), want);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i].dtype() == DType::F32)
+          expect_within_bound(op, attrs, input, got[i], expected[i]);
+        else
+          EXPECT_TRUE(test::same_values(got[i], expected[i]));
+      }
+    }
+  }
+}
+
+// An empty dim reaching amax at run time is caught by inference on the concrete shapes.
+TEST(OpsReduction, ExecutorRejectsEmptyExtremaAtRunTime) {
+  Graph g;
+  Value* x = g.add_input("x", TensorType{DType::F32, {g.add_symbol("N", 0, 8), Dim(3)}});
+  g.set_outputs({g.add("amax", {x}, dims({0}), "peak")});
+  auto compiled = CompiledGraph::compile(g);
+  std::mt19937 rng(1);
+  Tensor ok = test::random_tensor(DType::F32, {2, 3}, rng);
+  EXPECT_EQ(compiled->run({ok.view()})[0].sizes(), (Sizes{3}));
+  Tensor empty = Tensor::empty(DType::F32, {0, 3});
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { compiled->run({empty.view()}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_MENTIONS(message, "node 'peak' (amax)");
+  EXPECT_MENTIONS(message, "reduces dim 0 of size 0");
+}
+
+}  // namespace
+}  // namespace kiln

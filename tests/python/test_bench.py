@@ -1,0 +1,91 @@
+"""The benchmark harness (python -m kiln.bench): one real run at --size small, and its report
+from hand-made records. Figures are not checked: speed is the harness's output, not a test."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from kiln.bench import report
+from kiln.bench.__main__ import _parser, main
+from kiln.bench.worker import FIELDS
+
+
+def test_small_run_writes_json_markdown_and_plot(tmp_path):
+    paths = {kind: tmp_path / "out" / f"results.{kind}" for kind in ("json", "md", "png")}
+    run = subprocess.run(
+        [sys.executable, "-m", "kiln.bench", "--size", "small", "--models", "resnet50",
+         "--backends", "eager,kiln", "--batch", "2", "--threads", "1", "--warmup", "1",
+         "--iterations", "3", "--json", str(paths["json"]), "--markdown", str(paths["md"]),
+         "--plot", str(paths["png"])],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    results = json.loads(paths["json"].read_text())
+    assert results["settings"] == {"size": "small", "warmup": 1, "iterations": 3}
+    assert results["machine"]["logical_cpus"] >= 1 and results["machine"]["cpu"]
+    records = results["records"]
+    assert [r["backend"] for r in records] == ["eager", "kiln"]
+    for r in records:
+        assert set(r) == set(FIELDS)
+        assert r["status"] == "ok", r["status"]
+        assert (r["model"], r["batch"], r["threads"]) == ("resnet50", 2, 1)
+        assert r["input_shape"] == [2, 3, 64, 64]
+        assert 0 < r["latency_ms_median"] <= r["latency_ms_p90"]
+        assert r["throughput_per_s"] == pytest.approx(2 / (r["latency_ms_median"] / 1e3))
+        assert r["compile_s"] > 0 and r["peak_rss_mb"] > 0
+        assert math.isfinite(r["max_abs_err"]) and math.isfinite(r["max_rel_err"])
+        assert {"python", "torch", "transformers", "kiln"} <= set(r["versions"])
+    # Eager is compared against itself on the same input: exactly equal.
+    assert records[0]["max_abs_err"] == 0 and records[0]["max_rel_err"] == 0
+
+    markdown = paths["md"].read_text()
+    assert "## Speed-up over eager: batch 2, 1 thread(s)" in markdown
+    assert "| resnet50 | eager | 2 | 1 |" in markdown and "| resnet50 | kiln | 2 | 1 |" in markdown
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _record(model, backend, median, status="ok"):
+    record = dict.fromkeys(FIELDS)
+    record.update(model=model, backend=backend, batch=1, threads=2, status=status,
+                  latency_ms_median=median if status == "ok" else None)
+    return record
+
+
+def test_report_shows_speedups_and_failures():
+    records = [_record("gpt2", "eager", 30.0), _record("gpt2", "kiln", 20.0),
+               _record("gpt2", "openvino", None, "BackendUnavailable: no | openvino\nmore"),
+               _record("vit-b16", "eager", None, "RuntimeError: broken"),
+               _record("vit-b16", "kiln", 10.0)]
+    assert report.speedups(records) == {("gpt2", "eager", 1, 2): 1.0,
+                                        ("gpt2", "kiln", 1, 2): 1.5}
+    results = {"date": "today", "records": records,
+               "settings": {"size": "small", "warmup": 1, "iterations": 2},
+               "machine": {"cpu": "cpu", "logical_cpus": 2, "physical_cores": 2,
+                           "memory_gib": 1.0, "isa": ["avx2"], "torch_cpu_capability": "AVX2",
+                           "os": "os", "python": "3", "libraries": {"torch": "2"}}}
+    lines = report.markdown(results).splitlines()
+    assert "| gpt2 | 1.00x | 1.50x | n/a |" in lines
+    # No eager baseline for vit-b16: its kiln time has nothing to be compared with.
+    assert "| vit-b16 | n/a | n/a | n/a |" in lines
+    # A status keeps to one table row: its first line, with the pipe escaped.
+    failed = next(line for line in lines if line.startswith("| gpt2 | openvino |"))
+    assert failed.endswith("| BackendUnavailable: no \\| openvino … |")
+
+
+@pytest.mark.parametrize("arguments", [["--models", "bert"], ["--backends", "eager,tvm"],
+                                       ["--batch", "0"], ["--threads", "two"]])
+def test_invalid_arguments_are_refused(arguments, capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse_args(arguments)
+    assert "argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arguments", [["--iterations", "1"],
+                                       ["--backends", "kiln", "--plot", "x.png"]])
+def test_runs_that_cannot_report_are_refused_before_measuring(arguments, capsys):
+    with pytest.raises(SystemExit):
+        main(arguments)
+    assert "error" in capsys.readouterr().err
