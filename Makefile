@@ -11,8 +11,11 @@ export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
 .PHONY: demo test setup build test-cpp test-python test-asan bench clean
 
+# The C++ builder demo (a ResNet block, a transformer layer), then real models through
+# torch.compile(backend="kiln").
 demo: build
 	$(BUILD)/kiln_demo
+	$(PYTHON) -m kiln.demo
 
 test: test-cpp test-python test-asan
 

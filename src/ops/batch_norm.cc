@@ -171,29 +171,8 @@ std::unique_ptr<KernelInstance> batch_norm_avx2(const KernelSpec& spec) {
 
 // ---------------------------------------------------------------- group_norm
 
-// The statistics of one group of n elements: sum(x, n) and squared_deviations(x, n, mean).
-template <typename T>
-double sum_reference(const T* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
-  return s;
-}
-template <typename T>
-double squared_deviations_reference(const T* x, int64_t n, double mean) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - mean;
-    s += d * d;
-  }
-  return s;
-}
-template <typename T>
-void affine_reference(const T* x, T* y, int64_t n, double mean, double scale, double shift) {
-  for (int64_t i = 0; i < n; ++i) y[i] = affine_value(x[i], mean, scale, shift);
-}
-
 // One group at a time: its statistics, then each of its channels mapped with rstd * weight[c]
-// and bias[c]. Ops supplies sum, squared_deviations and affine for T.
+// and bias[c]. Ops supplies sum, squared_deviations and affine for T (ReferenceOps, Avx2Ops).
 template <typename T, typename Ops>
 void group_norm(const T* x, const T* weight, const T* bias, T* y, Extents e, int64_t groups,
                 double eps, int threads, Ops ops) {
@@ -218,14 +197,24 @@ void group_norm(const T* x, const T* weight, const T* bias, T* y, Extents e, int
   });
 }
 
+// The statistics of a group and the map of a channel, one element at a time in double.
 template <typename T>
 struct ReferenceOps {
-  static double sum(const T* x, int64_t n) { return sum_reference(x, n); }
+  static double sum(const T* x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
+    return s;
+  }
   static double squared_deviations(const T* x, int64_t n, double mean) {
-    return squared_deviations_reference(x, n, mean);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(x[i]) - mean;
+      s += d * d;
+    }
+    return s;
   }
   static void affine(const T* x, T* y, int64_t n, double mean, double scale, double shift) {
-    affine_reference(x, y, n, mean, scale, shift);
+    for (int64_t i = 0; i < n; ++i) y[i] = affine_value(x[i], mean, scale, shift);
   }
 };
 

@@ -83,7 +83,8 @@ void infer_conv_transpose2d(InferContext& ctx) {
               "groups=" + g + " must divide the input channels " + std::to_string(in_channels.size()));
   const Dim out_channels =
       a.groups == 1 ? w.shape[1]
-                    : ctx.derive(w.shape[1], [&](int64_t s) { return s * a.groups; }, "{}*" + g);
+                    : ctx.derive(w.shape[1], [groups = a.groups](int64_t s) { return s * groups; },
+                                 "{}*" + g);
   if (ctx.num_inputs() == 3) {
     ctx.check(ctx.input(2).rank() == 1, "bias must be 1-D [O]");
     ctx.unify(ctx.input(2).shape[0], out_channels, "bias size and the output channels");

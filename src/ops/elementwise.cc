@@ -5,8 +5,8 @@
 //             leaky_relu (negative_slope), elu (alpha, scale, input_scale), softplus (beta,
 //             threshold), hardtanh (min_val, max_val), clamp (min, max), floor, ceil, trunc,
 //             round (decimals), isnan, isinf, logical_not
-//   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod, remainder,
-//             eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor
+//   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod,
+//             remainder, eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor
 //   ternary:  where (condition, a, b)
 //
 // Each op is one table entry: a scalar functor (its operator() a template over the element type
@@ -153,7 +153,8 @@ struct Add {
   explicit Add(const Node& node) : alpha(node.attr_float("alpha")) {}
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_same_v<T, bool>) return a || (alpha != 0 && b);
-    else if constexpr (kIsInteger<T>) return wrapping_add(a, wrapping_mul(cpu::convert<T>(alpha), b));
+    else if constexpr (kIsInteger<T>)
+      return wrapping_add(a, wrapping_mul(cpu::convert<T>(alpha), b));
     else return alpha == 1 ? a + b : std::fma(static_cast<T>(alpha), b, a);
   }
 };
@@ -188,7 +189,8 @@ struct DivFloor {
     if constexpr (kIsInteger<T>) {
       const T quotient = truncated_quotient(a, b);
       if constexpr (std::is_signed_v<T>)
-        if ((a < 0) != (b < 0) && truncated_remainder(a, b) != 0) return wrapping_sub(quotient, T(1));
+        if ((a < 0) != (b < 0) && truncated_remainder(a, b) != 0)
+          return wrapping_sub(quotient, T(1));
       return quotient;
     } else {
       if (b == 0) return a / b;
@@ -345,8 +347,8 @@ KILN_WIDE_UNARY(Erf, std::erf(x))
 // 1 + erf(x / sqrt 2) would cancel.
 KILN_WIDE_UNARY(GeluErf, 0.5 * x * std::erfc(-x * std::numbers::sqrt2 / 2))
 // 0.5 x (1 + tanh(u)) written as x * sigmoid(2u), which does not cancel for x << 0.
-KILN_WIDE_UNARY(GeluTanh,
-                x / (1 + std::exp(-2 * std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))))
+KILN_WIDE_UNARY(GeluTanh, x / (1 + std::exp(-2 * std::sqrt(2 / std::numbers::pi) *
+                                            (x + 0.044715 * x * x * x))))
 KILN_WIDE_UNARY(Silu, x / (1 + std::exp(-x)))
 KILN_WIDE_UNARY(Mish, x * std::tanh(std::log1p(std::exp(x))))
 #undef KILN_WIDE_UNARY
@@ -386,7 +388,7 @@ struct Round {
   template <typename T> T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (decimals == 0) return std::nearbyint(x);
-      const T scale = static_cast<T>(std::pow(10.0, static_cast<double>(std::abs(decimals))));
+      const T scale = static_cast<T>(std::pow(10.0, std::fabs(static_cast<double>(decimals))));
       return decimals > 0 ? std::nearbyint(x * scale) / scale : std::nearbyint(x / scale) * scale;
     } else {
       return x;
@@ -429,7 +431,8 @@ struct Elu {
                           (Wide<T>(static_cast<T>(alpha)) * static_cast<T>(scale)));
   }
 };
-// x when x * beta > threshold (PyTorch's switch to the linear function), else log1p(e^(x beta)) / beta.
+// x when x * beta > threshold (PyTorch's switch to the linear function), else
+// log1p(e^(x beta)) / beta.
 struct Softplus {
   double beta, threshold;
   explicit Softplus(const Node& node)
@@ -822,14 +825,14 @@ std::string signature_of(const OpEntry& e, const std::vector<TensorType>& inputs
                         std::find(wrapped.begin(), wrapped.end(), int64_t(i)) != wrapped.end()});
   const DType promoted = result_type(operands);
   if (!(e.rule.takes & category_of(promoted))) {
-    std::string dtypes;
-    for (const TensorType& t : inputs) dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(t.dtype));
-    return e.name == "div" ? "div with rounding_mode \"" + std::string(e.variant) + "\" takes " +
-                                 categories_string(e.rule.takes) + ", not " +
-                                 std::string(dtype_name(promoted)) + " (inputs " + dtypes + ")"
-                           : std::string(e.name) + " takes " + categories_string(e.rule.takes) +
-                                 ", not " + std::string(dtype_name(promoted)) +
-                                 (inputs.size() > 1 ? " (the promoted dtype of " + dtypes + ")" : "");
+    std::string label(e.name), dtypes;
+    if (!e.variant_attr.empty())
+      label += " with " + std::string(e.variant_attr) + " \"" + std::string(e.variant) + "\"";
+    for (const TensorType& t : inputs)
+      dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(t.dtype));
+    return label + " takes " + categories_string(e.rule.takes) + ", not " +
+           std::string(dtype_name(promoted)) +
+           (inputs.size() > 1 ? " (the promoted dtype of " + dtypes + ")" : "");
   }
   DType value = promoted;
   if (e.rule.compute == Compute::FloatIfInteger && !is_floating(value)) value = DType::F32;
@@ -1058,7 +1061,8 @@ void register_op(OpRegistry& registry, const OpEntry& first) {
         },
         [](const KernelSpec& spec) -> std::unique_ptr<KernelInstance> {
           const OpEntry& e = *find_entry(spec.node.op(), spec.node.attrs());
-          return std::make_unique<ElementwiseKernel>(spec, e, signature_of(e, spec), e.vector(spec));
+          return std::make_unique<ElementwiseKernel>(spec, e, signature_of(e, spec),
+                                                     e.vector(spec));
         }});
   def.kernels.push_back(KernelDef{
       "reference", "native", [](const KernelSpec&) { return std::string(); },

@@ -12,9 +12,10 @@
 // input or the left padding, count_include_pad counting the declared padding but not what
 // ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
 //
-// Kernels, best first: AVX2 max pooling (f32; oneDNN's drops NaNs), oneDNN average pooling
-// (f32), the AVX2 global average (adaptive to 1x1, f32), then the reference loops (every dtype
-// PyTorch takes; f32 sums in double).
+// Kernels, best first: for max, AVX2 (f32; oneDNN's max pooling drops NaNs); for averages,
+// the AVX2 global average (adaptive to 1x1, f32), oneDNN where it has a jit kernel (f32; plain
+// NCHW has one only with AVX-512), AVX2 (f32); then the reference loops (every dtype PyTorch
+// takes; f32 sums in double).
 #include <omp.h>
 
 #include <algorithm>
@@ -336,16 +337,22 @@ std::string always_supported(const KernelSpec&) { return ""; }
 
 // ---------------------------------------------------------------- optimized kernels
 
-std::string onednn_common_reason(const KernelSpec& spec, const Pool2dGeometry& g) {
+PoolAlgorithm avg_algorithm(const KernelSpec& spec) {
+  return spec.node.attr_bool("count_include_pad") ? PoolAlgorithm::AvgIncludePadding
+                                                  : PoolAlgorithm::AvgExcludePadding;
+}
+
+// Why oneDNN can't run an average pooling of this geometry well: oneDNN has jit kernels for
+// plain NCHW only with AVX-512, and its reference loops elsewhere are slower than Kiln's.
+std::string onednn_reason(const KernelSpec& spec, const Pool2dGeometry& g, PoolAlgorithm algorithm) {
   if (spec.inputs[0].dtype != DType::F32) return "f32 only";
   // oneDNN's primitive creation can't take empty tensors; the reference loops write them.
   if (is_empty(g)) return "zero-size tensor";
-  return "";
+  return cpu::onednn_pool2d_unsupported_reason(g, algorithm, spec.threads);
 }
 
-std::string avg_pool_onednn_unsupported(const KernelSpec& spec) {
-  const Pool2dGeometry g = pool_geometry(spec, false);
-  if (std::string why = onednn_common_reason(spec, g); !why.empty()) return why;
+// Where an average pooling's windows differ from PyTorch's count.
+std::string avg_pool_divisor_reason(const KernelSpec& spec, const Pool2dGeometry& g) {
   if (spec.node.attr_int("divisor_override") != 0) return "divisor_override is set";
   // oneDNN divides by the whole window, PyTorch by the part up to the declared padding's end.
   if (spec.node.attr_bool("count_include_pad") &&
@@ -354,20 +361,27 @@ std::string avg_pool_onednn_unsupported(const KernelSpec& spec) {
   return "";
 }
 
+std::string avg_pool_onednn_unsupported(const KernelSpec& spec) {
+  const Pool2dGeometry g = pool_geometry(spec, false);
+  if (std::string why = avg_pool_divisor_reason(spec, g); !why.empty()) return why;
+  return onednn_reason(spec, g, avg_algorithm(spec));
+}
+
 std::unique_ptr<KernelInstance> avg_pool_onednn(const KernelSpec& spec) {
-  return cpu::create_onednn_pool2d(pool_geometry(spec, false),
-                                   spec.node.attr_bool("count_include_pad")
-                                       ? PoolAlgorithm::AvgIncludePadding
-                                       : PoolAlgorithm::AvgExcludePadding,
-                                   spec);
+  return cpu::create_onednn_pool2d(pool_geometry(spec, false), avg_algorithm(spec), spec);
+}
+
+std::string adaptive_divides_reason(const Pool2dGeometry& g) {
+  if (is_empty(g)) return "zero-size tensor";
+  if (g.h % g.oh != 0 || g.w % g.ow != 0)
+    return "the output size does not divide the input size (windows of varying size)";
+  return "";
 }
 
 std::string adaptive_onednn_unsupported(const KernelSpec& spec) {
   const Pool2dGeometry g = adaptive_geometry(spec);
-  if (std::string why = onednn_common_reason(spec, g); !why.empty()) return why;
-  if (g.h % g.oh != 0 || g.w % g.ow != 0)
-    return "the output size does not divide the input size (windows of varying size)";
-  return "";
+  if (std::string why = adaptive_divides_reason(g); !why.empty()) return why;
+  return onednn_reason(spec, g, PoolAlgorithm::AvgExcludePadding);
 }
 
 std::unique_ptr<KernelInstance> adaptive_onednn(const KernelSpec& spec) {
@@ -380,30 +394,83 @@ std::string avx2_unsupported(const KernelSpec& spec) {
   return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
 }
 
-// Each thread keeps a plane's row maxima in its own part of the scratch.
-class MaxPoolAvx2 final : public KernelInstance {
+// The AVX2 max or average pooling: planes split over threads, each thread keeping a plane's row
+// reductions in its own part of the scratch. Averages divide by row_divisors[oy] *
+// column_divisors[ox], PyTorch's count factored by axis.
+class PoolAvx2 final : public KernelInstance {
  public:
-  explicit MaxPoolAvx2(const KernelSpec& spec)
-      : g_(pool_geometry(spec, true)), threads_(std::max(spec.threads, 1)) {}
+  PoolAvx2(const Pool2dGeometry& g, int threads, bool max, std::vector<float> row_divisors = {},
+           std::vector<float> column_divisors = {})
+      : g_(g), threads_(std::max(threads, 1)), max_(max),
+        row_divisors_(std::move(row_divisors)), column_divisors_(std::move(column_divisors)) {}
+
   size_t scratch_bytes() const override {
     return static_cast<size_t>(threads_ * g_.h * g_.ow) * sizeof(float);
   }
+
   void run(std::span<const void* const> in, std::span<void* const> out,
            void* scratch) const override {
+    const auto* x = static_cast<const float*>(in[0]);
+    auto* y = static_cast<float*>(out[0]);
     cpu::parallel_chunks(g_.n * g_.c, g_.oh * g_.ow * g_.kh * g_.kw, threads_,
                          [&](int64_t begin, int64_t end) {
-                           const int thread = omp_get_thread_num();
-                           KILN_ASSERT(thread < threads_);
-                           cpu::avx2::max_pool_planes(
-                               g_, static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
-                               begin, end, static_cast<float*>(scratch) + thread * g_.h * g_.ow);
-                         });
+      const int thread = omp_get_thread_num();
+      KILN_ASSERT(thread < threads_);
+      float* rows = static_cast<float*>(scratch) + thread * g_.h * g_.ow;
+      if (max_)
+        cpu::avx2::max_pool_planes(g_, x, y, begin, end, rows);
+      else
+        cpu::avx2::avg_pool_planes(g_, x, y, begin, end, rows, row_divisors_.data(),
+                                   column_divisors_.data());
+    });
   }
 
  private:
   Pool2dGeometry g_;
   int threads_;
+  bool max_;
+  std::vector<float> row_divisors_, column_divisors_;
 };
+
+std::unique_ptr<KernelInstance> max_pool_avx2(const KernelSpec& spec) {
+  return std::make_unique<PoolAvx2>(pool_geometry(spec, true), spec.threads, true);
+}
+
+// PyTorch's divisor for each output index along one axis (see avg_pool_reference).
+std::vector<float> axis_divisors(int64_t out, int64_t stride, int64_t pad, int64_t kernel,
+                                 int64_t in, bool count_include_pad) {
+  std::vector<float> divisors;
+  for (int64_t o = 0; o < out; ++o) {
+    const Span s = window_span(o, stride, pad, kernel, in);
+    divisors.push_back(static_cast<float>(count_include_pad ? s.counted : s.end - s.begin));
+  }
+  return divisors;
+}
+
+std::unique_ptr<KernelInstance> avg_pool_avx2(const KernelSpec& spec) {
+  const Pool2dGeometry g = pool_geometry(spec, false);
+  const bool include = spec.node.attr_bool("count_include_pad");
+  const int64_t divisor = spec.node.attr_int("divisor_override");
+  if (divisor != 0)
+    return std::make_unique<PoolAvx2>(g, spec.threads, false,
+                                      std::vector<float>(g.oh, static_cast<float>(divisor)),
+                                      std::vector<float>(g.ow, 1.0f));
+  return std::make_unique<PoolAvx2>(
+      g, spec.threads, false, axis_divisors(g.oh, g.stride_h, g.pad_h, g.kh, g.h, include),
+      axis_divisors(g.ow, g.stride_w, g.pad_w, g.kw, g.w, include));
+}
+
+std::string adaptive_avx2_unsupported(const KernelSpec& spec) {
+  if (std::string why = avx2_unsupported(spec); !why.empty()) return why;
+  return adaptive_divides_reason(adaptive_geometry(spec));
+}
+
+std::unique_ptr<KernelInstance> adaptive_avx2(const KernelSpec& spec) {
+  const Pool2dGeometry g = adaptive_geometry(spec);
+  return std::make_unique<PoolAvx2>(g, spec.threads, false,
+                                    std::vector<float>(g.oh, static_cast<float>(g.kh)),
+                                    std::vector<float>(g.ow, static_cast<float>(g.kw)));
+}
 
 std::string global_avx2_unsupported(const KernelSpec& spec) {
   if (std::string why = avx2_unsupported(spec); !why.empty()) return why;
@@ -440,9 +507,7 @@ void register_pooling_ops(OpRegistry& registry) {
                     {"ceil_mode", false}};
   max_pool.infer = infer_max_pool2d;
 #ifdef KILN_X86
-  max_pool.kernels.push_back({"avx2", "native", avx2_unsupported, [](const KernelSpec& spec) {
-                                return std::make_unique<MaxPoolAvx2>(spec);
-                              }});
+  max_pool.kernels.push_back({"avx2", "native", avx2_unsupported, max_pool_avx2});
 #endif
   max_pool.kernels.push_back({"reference", "native", always_supported, max_pool_reference_kernel});
   registry.add(std::move(max_pool));
@@ -457,8 +522,11 @@ void register_pooling_ops(OpRegistry& registry) {
                     {"count_include_pad", true},
                     {"divisor_override", int64_t{0}}};
   avg_pool.infer = infer_avg_pool2d;
-  avg_pool.kernels = {{"onednn", "onednn", avg_pool_onednn_unsupported, avg_pool_onednn},
-                      {"reference", "native", always_supported, avg_pool_reference_kernel}};
+  avg_pool.kernels.push_back({"onednn", "onednn", avg_pool_onednn_unsupported, avg_pool_onednn});
+#ifdef KILN_X86
+  avg_pool.kernels.push_back({"avx2", "native", avx2_unsupported, avg_pool_avx2});
+#endif
+  avg_pool.kernels.push_back({"reference", "native", always_supported, avg_pool_reference_kernel});
   registry.add(std::move(avg_pool));
 
   OpDef adaptive;
@@ -469,8 +537,10 @@ void register_pooling_ops(OpRegistry& registry) {
 #ifdef KILN_X86
   adaptive.kernels.push_back({"global_avx2", "native", global_avx2_unsupported, global_avx2});
 #endif
-  adaptive.kernels.push_back(
-      {"onednn", "onednn", adaptive_onednn_unsupported, adaptive_onednn});
+  adaptive.kernels.push_back({"onednn", "onednn", adaptive_onednn_unsupported, adaptive_onednn});
+#ifdef KILN_X86
+  adaptive.kernels.push_back({"avx2", "native", adaptive_avx2_unsupported, adaptive_avx2});
+#endif
   adaptive.kernels.push_back({"reference", "native", always_supported, adaptive_reference_kernel});
   registry.add(std::move(adaptive));
 }

@@ -30,7 +30,8 @@ Tensor typed(DType dtype, const Sizes& sizes, const std::vector<T>& values) {
 
 Tensor abs_of(const Tensor& x) {
   Tensor out = Tensor::empty(DType::F32, x.sizes());
-  for (int64_t i = 0; i < x.numel(); ++i) out.data<float>()[i] = std::fabs(x.data<float>()[i]);
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = std::fabs(x.data<float>()[i]);
   return out;
 }
 
@@ -401,7 +402,8 @@ void expect_within_bound(const std::string& op, const AttrMap& attrs, const Tens
   const double depth = rounding_depth(folded_count(op, attrs, x, expected));
   Tensor magnitude;
   if (op == "sum" || op == "mean") magnitude = run(op, abs_of(x), attrs)[0];
-  for (int64_t i = 0; i < got.numel(); ++i) {
+  const int64_t n = got.numel();
+  for (int64_t i = 0; i < n; ++i) {
     const float g = got.data<float>()[i], r = expected.data<float>()[i];
     // Streamed only on failure (formatting every element would dominate the test's time).
     auto where = [&] {
@@ -457,7 +459,8 @@ std::string list_of(const Ints& values) {
 }
 
 void sprinkle(Tensor& t, const std::vector<float>& values, std::mt19937& rng) {
-  for (int64_t i = 0; i < t.numel(); ++i)
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
     if (rng() % 8 == 0) t.data<float>()[i] = values[rng() % values.size()];
 }
 
@@ -466,15 +469,16 @@ struct ReductionCase {
   Ints dims;
 };
 
-// Rows (the last dims), columns (a block with dims after it), about a million elements (one
-// row or one strip, whose passes are split over the threads), zero sizes.
+// Rows (the last dims), columns (a block with dims after it: strips of 1 to 4 vectors, the last
+// one full or masked), about a million elements (one row or one strip, whose passes are split
+// over the threads), zero sizes.
 const std::vector<ReductionCase>& reduction_cases() {
   static const std::vector<ReductionCase> cases = {
       {{1}, {}},          {{3}, {}},           {{7}, {0}},          {{17}, {-1}},
       {{5, 17}, {1}},     {{300, 33}, {-1}},   {{2, 3, 40}, {1, 2}}, {{1 << 20}, {}},
       {{17, 7}, {0}},     {{4, 17, 3}, {1}},   {{2, 5, 37}, {1}},   {{3, 9, 8, 2}, {1, 2}},
-      {{131072, 8}, {0}}, {{6, 1, 5}, {0, 1}}, {{40, 64}, {0}},     {{3, 1000, 24}, {1}},
-      {{0, 5}, {1}},      {{5, 0}, {0}},       {{5, 0}, {1}},
+      {{131072, 8}, {0}}, {{6, 1, 5}, {0, 1}}, {{40, 64}, {0}},     {{3, 500, 21}, {1}},
+      {{9, 13}, {0}},     {{0, 5}, {1}},       {{5, 0}, {0}},       {{5, 0}, {1}},
   };
   return cases;
 }
@@ -513,6 +517,8 @@ TEST(OpsReduction, Avx2ReductionsMatchReference) {
       for (std::string op : {"sum", "mean", "amax", "amin", "var", "std", "logsumexp"}) {
         if ((variant == 2 && !is_sum(op)) || (variant == 3 && is_sum(op))) continue;
         if (empty_reduction && (op == "amax" || op == "amin")) continue;  // undefined
+        // Large inputs once per recipe: mean, amin and std run sum's, amax's and var's.
+        if (large && (op == "mean" || op == "amin" || op == "std")) continue;
         SCOPED_TRACE(case_name(op, c.sizes, list_of(c.dims), variant));
         expect_avx2_matches_reference(op, dims(c.dims), x);
       }
@@ -525,7 +531,7 @@ TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {
   std::mt19937 rng(11);
   const std::vector<std::pair<Sizes, int64_t>> cases = {
       {{1}, 0},         {{3}, 0},        {{5, 17}, 1},     {{300, 33}, -1}, {{1 << 20}, 0},
-      {{17, 7}, 0},     {{4, 17, 3}, 1}, {{2, 5, 37}, 1},  {{131072, 8}, 0}, {{3, 1000, 24}, 1},
+      {{17, 7}, 0},     {{4, 17, 3}, 1}, {{2, 5, 37}, 1},  {{131072, 8}, 0}, {{3, 500, 21}, 1},
       {{0, 5}, 1},      {{5, 0}, 1},     {{5, 0}, 0},      {{}, 0},
   };
   for (const auto& [sizes, dim] : cases)

@@ -256,7 +256,7 @@ def test_gelu_against_float64():
     u2 = 2 * math.sqrt(2 / math.pi) * (d + 0.044715 * d**3)
     truths = {"none": 0.5 * d * torch.special.erfc(-d / math.sqrt(2)),
               "tanh": d * torch.sigmoid(u2)}
-    for approximate, ulp in (("none", 4), ("tanh", 3)):
+    for approximate, ulp in (("none", 5), ("tanh", 3)):
         torch._dynamo.reset()
         with torch.no_grad():
             got = torch.compile(lambda t: F.gelu(t, approximate=approximate), backend="kiln",

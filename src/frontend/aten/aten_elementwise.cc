@@ -135,7 +135,8 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   }
   r.add("aten.bitwise_not.default", bitwise_on_bool("logical_not", {"self"}));
   for (const char* overload : {".self", ".ScalarSelf", ".ScalarOther", ".Scalar"})
-    r.add(std::string("aten.where") + overload, elementwise("where", {"condition", "self", "other"}));
+    r.add(std::string("aten.where") + overload,
+          elementwise("where", {"condition", "self", "other"}));
 
   for (const char* op : {"relu", "neg", "abs", "sign", "exp", "expm1", "log", "log1p", "log2",
                          "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",

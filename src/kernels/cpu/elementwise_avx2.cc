@@ -59,7 +59,8 @@ struct BoolOut {
   bool* p;
   KILN_TARGET_AVX2 static uint64_t bytes(__m256 mask) {
     const __m256i m = _mm256_castps_si256(mask);
-    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    const __m128i words =
+        _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
     const __m128i ones = _mm_and_si128(_mm_packs_epi16(words, words), _mm_set1_epi8(1));
     return static_cast<uint64_t>(_mm_cvtsi128_si64(ones));
   }

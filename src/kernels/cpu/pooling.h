@@ -1,9 +1,10 @@
 // 2-D pooling on the CPU: the problem description shared by the pooling ops' kernels, oneDNN's
-// average pooling and the AVX2 max pooling.
+// average pooling and the AVX2 max and average pooling.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kernels/cpu/cpu_features.h"
 #include "ops/op_registry.h"
@@ -35,6 +36,10 @@ enum class PoolAlgorithm {
 std::unique_ptr<KernelInstance> create_onednn_pool2d(const Pool2dGeometry& g,
                                                      PoolAlgorithm algorithm,
                                                      const KernelSpec& spec);
+// Empty when oneDNN has a jit kernel for this pooling on this CPU, else why not: its reference
+// implementation, all it has for plain NCHW below AVX-512, is slower than Kiln's loops.
+std::string onednn_pool2d_unsupported_reason(const Pool2dGeometry& g, PoolAlgorithm algorithm,
+                                             int threads);
 
 #ifdef KILN_X86
 namespace avx2 {
@@ -42,6 +47,11 @@ namespace avx2 {
 // in a window gives NaN); `rows` is scratch for g.h * g.ow floats. Call only when has_avx2_fma().
 void max_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                      int64_t end, float* rows);
+// Average pooling likewise (no dilation): each window's sum, in f32, divided by
+// row_divisors[oy] * column_divisors[ox].
+void avg_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
+                     int64_t end, float* rows, const float* row_divisors,
+                     const float* column_divisors);
 }  // namespace avx2
 #endif
 

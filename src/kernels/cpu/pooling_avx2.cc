@@ -23,31 +23,49 @@ KILN_TARGET_AVX2 inline __m256 load_strided(const float* p, int64_t stride, __m2
   return _mm256_i32gather_ps(p, offsets, 4);
 }
 
-// A running maximum of vectors that ends NaN in every lane that saw a NaN. max(v, acc) keeps
-// acc when either is NaN, so a NaN in acc stays; NaNs among the v are collected apart.
-struct NanMax {
-  __m256 acc, saw_nan;
-
-  KILN_TARGET_AVX2 NanMax()
-      : acc(_mm256_set1_ps(-std::numeric_limits<float>::infinity())), saw_nan(_mm256_setzero_ps()) {}
-
-  KILN_TARGET_AVX2 void add(__m256 v) {
-    acc = _mm256_max_ps(v, acc);
-    saw_nan = _mm256_or_ps(saw_nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  KILN_TARGET_AVX2 __m256 result() const {
-    return _mm256_blendv_ps(acc, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), saw_nan);
-  }
+// A running maximum that ends NaN wherever it saw a NaN, as the reference's. max(v, acc) keeps
+// acc when either is NaN, so a NaN in acc stays; NaNs among the v are collected apart. Ties keep
+// the earlier value.
+struct MaxReduction {
+  struct Vector {
+    __m256 acc, saw_nan;
+    KILN_TARGET_AVX2 Vector()
+        : acc(_mm256_set1_ps(-std::numeric_limits<float>::infinity())), saw_nan(_mm256_setzero_ps()) {}
+    KILN_TARGET_AVX2 void add(__m256 v) {
+      acc = _mm256_max_ps(v, acc);
+      saw_nan = _mm256_or_ps(saw_nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    KILN_TARGET_AVX2 __m256 result() const {
+      return _mm256_blendv_ps(acc, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), saw_nan);
+    }
+  };
+  struct Scalar {
+    float acc = -std::numeric_limits<float>::infinity();
+    void add(float v) {
+      if (v > acc || std::isnan(v)) acc = v;
+    }
+    float result() const { return acc; }
+  };
 };
 
-// The scalar rule, as in the reference: a NaN wins, and so does any later one.
-inline void take(float& best, float v) {
-  if (v > best || std::isnan(v)) best = v;
-}
+struct SumReduction {
+  struct Vector {
+    __m256 acc;
+    KILN_TARGET_AVX2 Vector() : acc(_mm256_setzero_ps()) {}
+    KILN_TARGET_AVX2 void add(__m256 v) { acc = _mm256_add_ps(acc, v); }
+    KILN_TARGET_AVX2 __m256 result() const { return acc; }
+  };
+  struct Scalar {
+    float acc = 0;
+    void add(float v) { acc += v; }
+    float result() const { return acc; }
+  };
+};
 
-// Row maxima: out[ox] = the maximum over the window's columns of input row `row`, for every
-// output column; windows crossing the row's ends take the scalar path.
-KILN_TARGET_AVX2 void row_maxima(const Pool2dGeometry& g, const float* row, float* out) {
+// Row reductions: out[ox] = the reduction over the window's columns of input row `row`, for
+// every output column. Windows crossing the row's ends take the scalar path.
+template <typename R>
+KILN_TARGET_AVX2 void reduce_row(const Pool2dGeometry& g, const float* row, float* out) {
   // Output columns [first, last) have windows wholly inside the row, a stride-2 load's extra
   // element included.
   const int64_t reach = (g.kw - 1) * g.dilation_w + (g.stride_w == 2 ? 1 : 0);
@@ -55,21 +73,21 @@ KILN_TARGET_AVX2 void row_maxima(const Pool2dGeometry& g, const float* row, floa
   const int64_t span = g.w - 1 - reach + g.pad_w;
   const int64_t last = std::max(first, std::min(g.ow, span >= 0 ? span / g.stride_w + 1 : 0));
   auto scalar = [&](int64_t ox) {
-    float best = -std::numeric_limits<float>::infinity();
+    typename R::Scalar r;
     for (int64_t kx = 0; kx < g.kw; ++kx) {
       const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
-      if (ix >= 0 && ix < g.w) take(best, row[ix]);
+      if (ix >= 0 && ix < g.w) r.add(row[ix]);
     }
-    out[ox] = best;
+    out[ox] = r.result();
   };
   const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                              _mm256_set1_epi32(static_cast<int>(g.stride_w)));
   auto vector = [&](int64_t ox) KILN_TARGET_AVX2 {
     const float* start = row + ox * g.stride_w - g.pad_w;
-    NanMax m;
+    typename R::Vector r;
     for (int64_t kx = 0; kx < g.kw; ++kx)
-      m.add(load_strided(start + kx * g.dilation_w, g.stride_w, offsets));
-    _mm256_storeu_ps(out + ox, m.result());
+      r.add(load_strided(start + kx * g.dilation_w, g.stride_w, offsets));
+    _mm256_storeu_ps(out + ox, r.result());
   };
   for (int64_t ox = 0; ox < first; ++ox) scalar(ox);
   if (last - first >= 8) {
@@ -82,29 +100,57 @@ KILN_TARGET_AVX2 void row_maxima(const Pool2dGeometry& g, const float* row, floa
   for (int64_t ox = last; ox < g.ow; ++ox) scalar(ox);
 }
 
-}  // namespace
-
-KILN_TARGET_AVX2 void max_pool_planes(const Pool2dGeometry& g, const float* x, float* y,
-                                      int64_t begin, int64_t end, float* rows) {
-  // A max over a rectangle is the max over its rows of each row's max: the row maxima of a plane
-  // first (each input row serves every window that covers it), then the maxima down the columns.
-  // Ties keep the earliest value in row-major order, as the reference does.
+// A window's reduction is the reduction over its rows of each row's: the row reductions of a
+// plane first (each input row serves every window that covers it), then down the columns;
+// finish(reduced, oy, ox, mask) gives the output vector. Ties and NaNs resolve as row-major
+// order does in the reference.
+template <typename R, typename Finish>
+KILN_TARGET_AVX2 void pool_planes(const Pool2dGeometry& g, const float* x, float* y,
+                                  int64_t begin, int64_t end, float* rows, Finish finish) {
   for (int64_t p = begin; p < end; ++p) {
     const float* plane = x + p * g.h * g.w;
-    for (int64_t iy = 0; iy < g.h; ++iy) row_maxima(g, plane + iy * g.w, rows + iy * g.ow);
+    for (int64_t iy = 0; iy < g.h; ++iy) reduce_row<R>(g, plane + iy * g.w, rows + iy * g.ow);
     float* y_plane = y + p * g.oh * g.ow;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       for (int64_t ox = 0; ox < g.ow; ox += 8) {
         const __m256i mask = tail_mask(std::min<int64_t>(8, g.ow - ox));
-        NanMax m;
+        typename R::Vector r;
         for (int64_t ky = 0; ky < g.kh; ++ky) {
           const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
-          if (iy >= 0 && iy < g.h) m.add(_mm256_maskload_ps(rows + iy * g.ow + ox, mask));
+          if (iy >= 0 && iy < g.h) r.add(_mm256_maskload_ps(rows + iy * g.ow + ox, mask));
         }
-        _mm256_maskstore_ps(y_plane + oy * g.ow + ox, mask, m.result());
+        _mm256_maskstore_ps(y_plane + oy * g.ow + ox, mask, finish(r.result(), oy, ox, mask));
       }
     }
   }
+}
+
+struct Unchanged {
+  KILN_TARGET_AVX2 __m256 operator()(__m256 v, int64_t, int64_t, __m256i) const { return v; }
+};
+
+struct DivideByCount {
+  const float* row_divisors;
+  const float* column_divisors;
+  KILN_TARGET_AVX2 __m256 operator()(__m256 sum, int64_t oy, int64_t ox, __m256i mask) const {
+    // Masked-off lanes divide by 0 harmlessly: they are not stored.
+    const __m256 divisor = _mm256_mul_ps(_mm256_set1_ps(row_divisors[oy]),
+                                         _mm256_maskload_ps(column_divisors + ox, mask));
+    return _mm256_div_ps(sum, divisor);
+  }
+};
+
+}  // namespace
+
+KILN_TARGET_AVX2 void max_pool_planes(const Pool2dGeometry& g, const float* x, float* y,
+                                      int64_t begin, int64_t end, float* rows) {
+  pool_planes<MaxReduction>(g, x, y, begin, end, rows, Unchanged{});
+}
+
+KILN_TARGET_AVX2 void avg_pool_planes(const Pool2dGeometry& g, const float* x, float* y,
+                                      int64_t begin, int64_t end, float* rows,
+                                      const float* row_divisors, const float* column_divisors) {
+  pool_planes<SumReduction>(g, x, y, begin, end, rows, DivideByCount{row_divisors, column_divisors});
 }
 
 }  // namespace kiln::cpu::avx2

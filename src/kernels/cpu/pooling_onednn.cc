@@ -1,4 +1,5 @@
 // 2-D average pooling through oneDNN's pooling, forward inference, on plain NCHW f32.
+#include <string>
 #include <unordered_map>
 
 #include "kernels/cpu/library_threads.h"
@@ -17,18 +18,23 @@ dnnl::algorithm onednn_algorithm(PoolAlgorithm algorithm) {
   KILN_ASSERT(false, "unknown pooling algorithm");
 }
 
+dnnl::pooling_forward::primitive_desc primitive_desc_of(const Pool2dGeometry& g,
+                                                        PoolAlgorithm algorithm) {
+  dnnl::pooling_forward::desc desc(
+      dnnl::prop_kind::forward_inference, onednn_algorithm(algorithm),
+      plain_f32_desc({g.n, g.c, g.h, g.w}), plain_f32_desc({g.n, g.c, g.oh, g.ow}),
+      {g.stride_h, g.stride_w}, {g.kh, g.kw}, {g.pad_h, g.pad_w}, {g.reach_bottom, g.reach_right});
+  return dnnl::pooling_forward::primitive_desc(desc, user_scratchpad_attr(), onednn_engine());
+}
+
 class OneDnnPool2d final : public KernelInstance {
  public:
   OneDnnPool2d(const Pool2dGeometry& g, PoolAlgorithm algorithm, const KernelSpec& spec)
       : threads_(spec.threads) {
     LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
-    src_desc_ = plain_f32_desc({g.n, g.c, g.h, g.w});
-    dst_desc_ = plain_f32_desc({g.n, g.c, g.oh, g.ow});
-    dnnl::pooling_forward::desc desc(
-        dnnl::prop_kind::forward_inference, onednn_algorithm(algorithm), src_desc_, dst_desc_,
-        {g.stride_h, g.stride_w}, {g.kh, g.kw}, {g.pad_h, g.pad_w},
-        {g.reach_bottom, g.reach_right});
-    dnnl::pooling_forward::primitive_desc pd(desc, user_scratchpad_attr(), onednn_engine());
+    const dnnl::pooling_forward::primitive_desc pd = primitive_desc_of(g, algorithm);
+    src_desc_ = pd.src_desc();
+    dst_desc_ = pd.dst_desc();
     primitive_ = dnnl::pooling_forward(pd);
     scratchpad_desc_ = pd.scratchpad_desc();
   }
@@ -55,6 +61,14 @@ class OneDnnPool2d final : public KernelInstance {
 };
 
 }  // namespace
+
+std::string onednn_pool2d_unsupported_reason(const Pool2dGeometry& g, PoolAlgorithm algorithm,
+                                             int threads) {
+  LibraryThreads scope(threads);
+  const std::string impl = primitive_desc_of(g, algorithm).impl_info_str();
+  if (impl.rfind("jit", 0) == 0) return "";
+  return "oneDNN has only its reference implementation (" + impl + ") for this on this CPU";
+}
 
 std::unique_ptr<KernelInstance> create_onednn_pool2d(const Pool2dGeometry& g,
                                                      PoolAlgorithm algorithm,
