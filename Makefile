@@ -4,12 +4,12 @@ PYTHON ?= python3
 JOBS ?= 2
 BUILD := build/py
 ASAN_BUILD := build/asan
-APT_PACKAGES := build-essential libdnnl-dev libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev graphviz
+APT_PACKAGES := build-essential libdnnl-dev libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev graphviz clang libfuzzer-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SOURCES := $(shell find src include python tools tests/cpp -type f) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find src include python tools tests/cpp examples cmake -type f) CMakeLists.txt pyproject.toml
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: demo test setup build test-cpp test-python test-asan bench clean
+.PHONY: demo test setup build test-cpp test-python test-asan test-fuzz bench clean
 
 # The C++ builder demo (a ResNet block, a transformer layer), then real models through
 # torch.compile(backend="kiln").
@@ -17,7 +17,7 @@ demo: build
 	$(BUILD)/kiln_demo
 	$(PYTHON) -m kiln.demo
 
-test: test-cpp test-python test-asan
+test: test-cpp test-python test-asan test-fuzz
 
 setup: build/.system-deps build/.python-deps
 
@@ -51,6 +51,23 @@ test-asan: setup
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS)
+
+# The .kiln loader under libFuzzer with ASan+UBSan for FUZZ_SECONDS (docs/file-format.md): only
+# the parsing code is rebuilt with clang, the rest is the build's libkiln.so. Seeds from
+# tests/fuzz/corpus, new inputs kept in build/fuzz/corpus; a finding is saved as build/fuzz/crash-*
+# and fails the target. (ODR check off: the instrumented copies of src/ir and src/model_file
+# override the library's on purpose.)
+FUZZ_BUILD := build/fuzz
+FUZZ_SECONDS ?= 60
+test-fuzz: build
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
+	  -DKILN_FUZZ_LIBRARY=$(CURDIR)/$(BUILD)/libkiln.so >/dev/null
+	cmake --build $(FUZZ_BUILD) --target kiln_fuzz_loader
+	mkdir -p $(FUZZ_BUILD)/corpus
+	ASAN_OPTIONS=detect_odr_violation=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(FUZZ_BUILD)/kiln_fuzz_loader -max_total_time=$(FUZZ_SECONDS) -timeout=20 \
+	  -rss_limit_mb=4096 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
 
 # Kiln against eager and Inductor on the five models (docs/benchmarks.md); BENCH_FLAGS adds to or
 # overrides the options, e.g. make bench BENCH_FLAGS="--threads 2,1 --backends eager,kiln".

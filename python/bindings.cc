@@ -22,6 +22,7 @@
 #include "frontend/converter.h"
 #include "passes/pass.h"
 #include "kiln/kiln.h"
+#include "kiln/model.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -499,7 +500,49 @@ NB_MODULE(_C, m) {
       .def("output_sizes", &CompiledGraph::output_sizes, "input_sizes"_a,
            "The output sizes for the given input sizes (validated as run() would).")
       .def("describe_plan", &CompiledGraph::describe_plan, "input_sizes"_a,
-           "The plan for the given input sizes: kernel per node and the memory plan.");
+           "The plan for the given input sizes: kernel per node and the memory plan.")
+      .def(
+          "memory_stats",
+          [](const CompiledGraph& c, const std::vector<std::vector<int64_t>>& input_sizes) {
+            MemoryStats m = c.memory_stats(input_sizes);
+            nb::dict d;
+            d["arena_bytes"] = m.arena_bytes;
+            d["intermediate_bytes"] = m.intermediate_bytes;
+            d["peak_live_bytes"] = m.peak_live_bytes;
+            d["buffers"] = m.buffers;
+            d["in_place"] = m.in_place;
+            d["placement"] = m.placement;
+            d["schedule"] = m.schedule;
+            return d;
+          },
+          "input_sizes"_a,
+          "What the memory planner did for these input sizes: a dict with arena_bytes, "
+          "intermediate_bytes (all intermediates unshared), peak_live_bytes (the lower bound), "
+          "buffers, in_place, placement and schedule.")
+      .def("memory_plan", &CompiledGraph::memory_plan, "input_sizes"_a, "format"_a = "table",
+           "The memory plan for these input sizes as a table ('table': buffer, size, offset, "
+           "first and last step, producer) or an SVG chart of offset over time ('svg').")
+      .def(
+          "pass_records",
+          [](const CompiledGraph& c) {
+            nb::list records;
+            for (const PassRecord& r : c.pass_records()) {
+              nb::dict d;
+              d["pass"] = r.pass;
+              d["stage"] = r.stage;
+              d["round"] = r.round;
+              d["changed"] = r.changed;
+              d["nodes_before"] = r.nodes_before;
+              d["nodes_after"] = r.nodes_after;
+              d["seconds"] = r.seconds;
+              records.append(d);
+            }
+            return records;
+          },
+          "Every pass run of the compile, in order: dicts with pass, stage, round, changed, "
+          "nodes_before, nodes_after, seconds.")
+      .def("pipeline_warnings", &CompiledGraph::pipeline_warnings,
+           "Fixed-point groups of the pipeline that hit their round cap (empty when all converged).");
 
   m.def(
       "import_fx",
@@ -522,20 +565,79 @@ NB_MODULE(_C, m) {
   m.def("converter_targets", [] { return ConverterRegistry::instance().targets(); },
         "The ATen op overloads Kiln has converters for.");
 
+  // Offline models (python/kiln/export.py, docs/file-format.md).
+  m.def(
+      "save_model",
+      [](const CompiledGraph& compiled, const std::string& path, std::string torch_version,
+         std::map<std::string, std::string> properties) {
+        save_model(compiled, path, ModelMetadata{"", std::move(torch_version), std::move(properties)});
+      },
+      "compiled"_a, "path"_a, "torch_version"_a = "",
+      "properties"_a = std::map<std::string, std::string>(),
+      "Writes a compiled graph as a .kiln model file.");
+  m.def(
+      "load_model",
+      [](const std::string& path, int threads, std::string plan_check) {
+        auto model = Model::load(path, LoadOptions{threads, std::move(plan_check)});
+        auto io = [](const std::vector<ModelIO>& list) {
+          nb::list out;
+          for (const ModelIO& v : list) {
+            nb::dict d;
+            d["name"] = v.name;
+            d["dtype"] = std::string(dtype_name(v.dtype));
+            d["sizes"] = v.sizes;
+            d["dim_names"] = v.dim_names;
+            out.append(d);
+          }
+          return out;
+        };
+        nb::dict info, meta;
+        info["inputs"] = io(model->inputs());
+        info["outputs"] = io(model->outputs());
+        meta["producer"] = model->metadata().producer;
+        meta["torch_version"] = model->metadata().torch_version;
+        meta["properties"] = model->metadata().properties;
+        info["metadata"] = meta;
+        info["plan_warning"] = model->plan_warning();
+        // The compiled graph keeps the file mapping alive through its constants.
+        return nb::make_tuple(std::const_pointer_cast<CompiledGraph>(model->compiled()), info);
+      },
+      "path"_a, "threads"_a = -1, "plan_check"_a = "warn",
+      "Loads a .kiln model: (CompiledGraph, info dict with inputs, outputs, metadata).");
+
+  nb::class_<MemoryPool>(m, "MemoryPool",
+                         "One arena lent in turn to the compiled graphs given it "
+                         "(memory.enable_shared_pool; docs/config.md has the threading rule).")
+      .def(nb::new_([] { return std::make_shared<MemoryPool>(); }))
+      .def_prop_ro("arena_bytes", &MemoryPool::arena_bytes,
+                   "The largest arena of the plans built with the pool so far.")
+      .def_prop_ro("arenas", &MemoryPool::arenas, "Arenas allocated so far.");
+
   m.def(
       "compile",
-      [](const Graph& graph, int threads, std::string kernel_policy, bool verify,
-         std::vector<std::string> disabled_passes, size_t plan_cache_capacity) {
+      [](const Graph& graph, int threads, int optimization_level, std::string kernel_policy,
+         bool verify, std::vector<std::string> disabled_passes, size_t plan_cache_capacity,
+         std::string dump_type, std::string dump_path, size_t memory_reuse_threshold,
+         std::string memory_optimization_level, std::shared_ptr<MemoryPool> memory_pool) {
         CompileOptions options;
+        options.memory_reuse_threshold = memory_reuse_threshold;
+        options.memory_optimization_level = std::move(memory_optimization_level);
+        options.memory_pool = std::move(memory_pool);
         options.threads = threads;
+        options.optimization_level = optimization_level;
         options.kernel_policy = std::move(kernel_policy);
         options.verify = verify;
         options.disabled_passes.insert(disabled_passes.begin(), disabled_passes.end());
         options.plan_cache_capacity = plan_cache_capacity;
+        options.dump_type = std::move(dump_type);
+        options.dump_path = std::move(dump_path);
         // nanobind binds non-const classes; every CompiledGraph method is const.
         return std::const_pointer_cast<CompiledGraph>(CompiledGraph::compile(graph, options));
       },
-      "graph"_a, "threads"_a = 0, "kernel_policy"_a = "best", "verify"_a = false,
+      "graph"_a, "threads"_a = 0, "optimization_level"_a = 3, "kernel_policy"_a = "",
+      "verify"_a = false,
       "disabled_passes"_a = std::vector<std::string>(), "plan_cache_capacity"_a = 16,
+      "dump_type"_a = "", "dump_path"_a = "./kiln_dump", "memory_reuse_threshold"_a = 0,
+      "memory_optimization_level"_a = "default", "memory_pool"_a.none() = nb::none(),
       "Compiles a graph (the graph is copied; later edits don't affect the result).");
 }

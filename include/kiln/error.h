@@ -18,7 +18,10 @@ enum class ErrorCode {
   InputShape,           // E10004: an input's rank or shape differs from the compiled graph's
   InputBuffer,          // E10005: null, misaligned or non-contiguous data buffer
   ParseError,           // E10010: the textual IR could not be parsed
-  BadModelFile,         // E10020: a model file is malformed, truncated or of an unknown version
+  BadModelFile,         // E10020: a model file is malformed, truncated or corrupted
+  ModelFileVersion,     // E10021: a model file of a newer format version or with unknown flags
+  ModelPlanMismatch,    // E10022: a model's recorded plan differs from this build's (strict load)
+  DumpFailed,           // E10030: a graph dump can't be written (its folder, or Graphviz's dot)
   DynamicShapeRange,    // E20008: a dynamic dimension is outside its declared range
   FormatMismatch,       // E30012: two nodes need incompatible tensor formats
   InvalidGraph,         // E40001: the graph breaks a structural rule (verifier)

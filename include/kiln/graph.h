@@ -6,6 +6,7 @@
 // types of its outputs when the node is added.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,9 +75,21 @@ class Node {
   const std::string& attr_string(const std::string& key) const;
   const std::vector<int64_t>& attr_ints(const std::string& key) const;
 
+  // Free-form notes that passes and the runtime fill and graph dumps show; never semantics (the
+  // textual IR prints them only as comments). Keys: "source" (the PyTorch module path, e.g.
+  // encoder.layer.3.attention.self.query), "aten" (the ATen op it came from); "engine",
+  // "kernel", "subgraph" on per-plan copies (runtime/kernel_selection.h); "layout" if a pass
+  // notes one (dumps otherwise show the output's). A node that replaces others takes the source of the node it replaces (a
+  // fusion: its anchor, the node whose output it computes) via inherit_source.
+  const std::map<std::string, std::string>& annotations() const { return annotations_; }
+  std::string annotation(const std::string& key) const;  // "" when absent
+  void annotate(const std::string& key, std::string value) { annotations_[key] = std::move(value); }
+  void inherit_source(const Node& from);  // copies from's "source" and "aten"
+
  private:
   friend class Graph;
   friend struct GraphTestAccess;
+  std::map<std::string, std::string> annotations_;
   std::string op_;
   std::string name_;
   std::vector<Value*> inputs_;
@@ -131,6 +144,7 @@ class Graph {
   // Every use of `from` (node operands and graph outputs) becomes a use of `to`.
   void replace_all_uses(Value* from, Value* to);
   void remove_node(Node* node);  // the node's outputs must have no users
+  void remove_constant(Value* constant);  // must have no users and not be a graph output
   // Restores topological order after rewrites that appended nodes out of order.
   void topological_sort();
 
@@ -168,6 +182,10 @@ void verify(const Graph& graph);
 
 // The textual IR (docs/ir.md). parse(print(g)) reproduces g exactly, constants included.
 std::string print_graph(const Graph& graph);
+// For graph dumps: print_graph with each node's annotations as a trailing comment, and constants
+// of more than max_constant_bytes declared as inputs with their data elided. It still parses
+// (the annotations are dropped, elided constants become inputs).
+std::string print_graph_annotated(const Graph& graph, size_t max_constant_bytes = SIZE_MAX);
 std::unique_ptr<Graph> parse_graph(const std::string& text);  // throws E10010 with line:column
 
 }  // namespace kiln

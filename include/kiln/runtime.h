@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,18 +12,83 @@
 
 namespace kiln {
 
+// One run of one pass during compile (PassPipeline), for benchmarks and dumps.
+struct PassRecord {
+  std::string pass;
+  std::string stage;
+  int round = 0;  // round of its fixed-point group, from 0; 0 outside groups
+  bool changed = false;
+  size_t nodes_before = 0;
+  size_t nodes_after = 0;
+  double seconds = 0;
+};
+
+// One arena lent in turn to several compiled graphs (memory.enable_shared_pool): the
+// partitions of one model run one after another, so they can share working memory. Every plan
+// built with the pool reserves its arena size; each run borrows an arena of the largest size
+// reserved and returns it after. Threading rule: runs from several threads at once each borrow
+// their own arena (so nothing is ever shared by two running plans); a thread that runs the
+// graphs one after another reuses one arena, and the pool holds as many arenas as runs that
+// ever overlapped in time.
+class MemoryPool {
+ public:
+  size_t arena_bytes() const;  // the largest arena reserved so far
+  size_t arenas() const;       // arenas allocated so far (at most the runs that overlapped)
+  // Used by plans: record an arena size; borrow an arena of at least `bytes`; give it back.
+  void reserve(size_t bytes);
+  Tensor acquire(size_t bytes);
+  void release(Tensor arena);
+
+ private:
+  mutable std::mutex mutex_;
+  size_t reserved_ = 0;
+  size_t allocated_ = 0;
+  std::vector<Tensor> idle_;
+};
+
+// What the memory planner did for one plan (CompiledGraph::memory_stats).
+struct MemoryStats {
+  size_t arena_bytes = 0;         // one run's arena
+  size_t intermediate_bytes = 0;  // every intermediate tensor and scratch buffer, unshared
+  size_t peak_live_bytes = 0;     // the most bytes alive at one step: no arena can be smaller
+  size_t buffers = 0;             // buffers placed, after in-place merges
+  size_t in_place = 0;            // node outputs written over the memory of a dying input
+  std::string placement;          // the placement strategy kept
+  std::string schedule;           // the execution order kept
+};
+
 struct CompileOptions {
   // Threads each kernel may use; 0 means every core.
   int threads = 0;
+  // 0: no passes (with reference kernels unless kernel_policy says otherwise: the reference
+  // path); 1: stage prepare; 2: + fuse; 3: every stage (docs/passes.md).
+  int optimization_level = 3;
   // "best": the first kernel (best first) that supports each node; "reference": the reference
-  // kernel of every op (the baseline of differential tests).
-  std::string kernel_policy = "best";
+  // kernel of every op (the baseline of differential tests); "" (default): "reference" at
+  // optimization_level 0, else "best"; "autotune": at plan time, time every kernel that
+  // supports a node on the real shapes (median of a few runs) and keep the fastest.
+  std::string kernel_policy = "";
   // Run the verifier after every pass (on in tests and debug builds).
   bool verify = false;
   // Passes switched off by name, to bisect a wrong result.
   std::set<std::string> disabled_passes;
   // Plans kept for graphs with symbolic dims, one per concrete input shape seen (LRU).
   size_t plan_cache_capacity = 16;
+  // Buffers smaller than this many bytes get memory of their own: never shared with another
+  // buffer, never written in place (memory.reuse_threshold).
+  size_t memory_reuse_threshold = 0;
+  // "default": one execution order (the memory-aware one at optimization_level 3, else the
+  // graph's) and the best arena of every placement strategy; "aggressive": every schedule
+  // variant with every strategy (memory.optimization_level).
+  std::string memory_optimization_level = "default";
+  // Non-null: plans borrow their arena from this pool, shared with other compiled graphs
+  // (memory.enable_shared_pool); null: each plan pools arenas of its own.
+  std::shared_ptr<MemoryPool> memory_pool;
+  // Graph dumps: "" for none, else "txt", "json", "dot", "png" or "svg" (png and svg need
+  // Graphviz's dot). The graph after each stage goes to dump_path as
+  // <graph>_<stage index>_<stage>.<type> (src/ir/graph_dump.h).
+  std::string dump_type;
+  std::string dump_path = "./kiln_dump";
 };
 
 class CompiledGraph {
@@ -34,7 +100,11 @@ class CompiledGraph {
   ~CompiledGraph();
 
   const Graph& graph() const;  // the optimized graph
-  const CompileOptions& options() const;
+  const CompileOptions& options() const;  // kernel_policy "" resolved to "best" or "reference"
+  // Every pass run of the compile, in order, and the pipeline's warnings (a fixed-point group
+  // that hit its round cap).
+  const std::vector<PassRecord>& pass_records() const;
+  const std::vector<std::string>& pipeline_warnings() const;
 
   // Runs with Kiln-allocated outputs. Inputs are read in place (no copies). Safe to call from
   // several threads at once: each run gets its own working memory.
@@ -47,6 +117,12 @@ class CompiledGraph {
 
   // Human-readable plan for the given input sizes: kernel per node and the memory plan.
   std::string describe_plan(const std::vector<std::vector<int64_t>>& input_sizes) const;
+  // The memory plan for the given input sizes: what the planner did, and the plan as a table
+  // ("table": buffer, size, offset, first and last step, producer) or as an offset-over-time
+  // chart ("svg": x = step, y = offset, one rectangle per buffer).
+  MemoryStats memory_stats(const std::vector<std::vector<int64_t>>& input_sizes) const;
+  std::string memory_plan(const std::vector<std::vector<int64_t>>& input_sizes,
+                          const std::string& format = "table") const;
 
   struct Impl;
 

@@ -34,6 +34,11 @@ class Tensor {
   static Tensor zeros(DType dtype, std::vector<int64_t> sizes);
   // Copies the bytes of a contiguous view.
   static Tensor copy_of(const TensorView& view);
+  // Uses `data` in place (e.g. a constant in a memory-mapped model file): no copy; `owner` (the
+  // mapping) stays alive as long as any tensor sharing this storage. `data` must be aligned to
+  // kAlignment and hold nbytes() bytes; it is read, never written.
+  static Tensor borrowed(DType dtype, std::vector<int64_t> sizes, const void* data,
+                         std::shared_ptr<const void> owner);
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& sizes() const { return sizes_; }

@@ -34,6 +34,18 @@ def get_backend(compiler_config=None):
     return _get_backend(compiler_config)
 
 
+def export(model, example_inputs, path, dynamic_shapes=None, config=None):
+    """Writes `model` as an offline .kiln model (torch.export capture; docs/file-format.md)."""
+    from kiln.offline import export as _export  # imports torch only when used
+    return _export(model, example_inputs, path, dynamic_shapes=dynamic_shapes, config=config)
+
+
+def load(path, threads=-1, plan_check="warn"):
+    """Loads a .kiln model; the result is called with torch tensors or NumPy arrays."""
+    from kiln.offline import load as _load
+    return _load(path, threads=threads, plan_check=plan_check)
+
+
 def explain(model, *inputs, options=None):
     """Which parts of `model` Kiln compiles, and which ops stay in PyTorch and why."""
     from kiln.backend import explain as _explain
@@ -41,4 +53,4 @@ def explain(model, *inputs, options=None):
 
 
 __all__ = ["CompiledGraph", "CompilerConfig", "Error", "Graph", "Symbol", "Value", "compile",
-           "dtypes", "explain", "get_backend"]
+           "dtypes", "explain", "export", "get_backend", "load"]

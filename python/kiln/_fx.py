@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 
 import torch
 import torch.fx as fx
@@ -26,6 +27,25 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _DTYPE_NAMES.get(dtype, str(dtype))
 
 
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _bound(value, unbounded: int) -> int:
+    """A symbol's range bound as an int. torch's int_oo reports is_finite True, so infinities
+    are recognized by type as well."""
+    from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+    if (value is None or isinstance(value, (IntInfinity, NegativeIntInfinity))
+            or not value.is_finite):
+        return unbounded
+    return int(value)
+
+
+def is_symbolic_scalar(node: fx.Node) -> bool:
+    """A node computing a size (a SymInt placeholder, sym_size, s0 * s1): Kiln reads its
+    expression where it is used ({"sym": "s0*s1"}) instead of computing it."""
+    return isinstance(node.meta.get("val"), _SYM_TYPES)
+
+
 class _Writer:
     def __init__(self) -> None:
         self.symbols: dict[str, tuple[int, int]] = {}
@@ -38,9 +58,8 @@ class _Writer:
             return int(expr)
         if expr.is_Symbol:
             bounds = d.node.shape_env.var_to_range.get(expr)
-            lower = int(bounds.lower) if bounds is not None and bounds.lower.is_finite else 0
-            upper = (int(bounds.upper) if bounds is not None and bounds.upper.is_finite
-                     else _INT64_MAX)
+            lower = _bound(bounds.lower if bounds is not None else None, 0)
+            upper = _bound(bounds.upper if bounds is not None else None, _INT64_MAX)
             self.symbols[str(expr)] = (max(lower, 0), upper)
         return str(expr)
 
@@ -50,6 +69,8 @@ class _Writer:
         return None
 
     def arg(self, a):
+        if isinstance(a, fx.Node) and is_symbolic_scalar(a):
+            return {"sym": str(a.meta["val"].node.expr)}
         if isinstance(a, fx.Node):
             if a.op == "call_function" and a.target is operator.getitem:
                 return {"ref": a.args[0].name, "index": a.args[1]}
@@ -88,6 +109,20 @@ def _schema_args(node: fx.Node, writer: _Writer) -> dict:
     return args
 
 
+def module_path(node: fx.Node) -> str:
+    """The PyTorch module a node came from, e.g. "encoder.layer.3.attention.self.query" ("" for
+    code of the root module): the innermost entry of dynamo's nn_module_stack, with the root's
+    name (L['self']) dropped and indexing written as attribute paths."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = str(list(stack.values())[-1][0])
+    path = re.sub(r"^L\['[^']*'\]|^L__self__", "", path)
+    path = re.sub(r"\._modules\['([^']*)'\]|\['([^']*)'\]|\[(\d+)\]",
+                  lambda m: "." + next(g for g in m.groups() if g is not None), path)
+    return path.strip("._")
+
+
 def target_name(node: fx.Node) -> str:
     if isinstance(node.target, torch._ops.OpOverload):
         return str(node.target)  # "aten.convolution.default"
@@ -101,6 +136,8 @@ def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph") -
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             # A get_attr is a tensor the graph module holds (a lifted constant): frozen too.
+            if is_symbolic_scalar(node):
+                continue  # a size: its uses carry its expression
             value = (getattr(gm, node.target) if node.op == "get_attr"
                      else node.meta.get("val"))
             entry = writer.meta(value)
@@ -110,7 +147,7 @@ def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph") -
             entry.update(name=node.name, kind="constant" if frozen else "input")
             placeholders.append(entry)
         elif node.op == "call_function":
-            if node.target is operator.getitem:
+            if node.target is operator.getitem or is_symbolic_scalar(node):
                 continue  # references to tuple elements carry the index instead
             val = node.meta.get("val")
             metas = ([writer.meta(v) for v in val] if isinstance(val, (list, tuple))
@@ -118,7 +155,7 @@ def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph") -
             args = (_schema_args(node, writer) if isinstance(node.target, torch._ops.OpOverload)
                     else {})
             nodes.append({"name": node.name, "target": target_name(node), "args": args,
-                          "outputs": metas})
+                          "outputs": metas, "source": module_path(node)})
         elif node.op == "output":
             result = node.args[0]
             for r in (result if isinstance(result, (list, tuple)) else [result]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import itertools
 import operator
 from typing import Any, Callable
 
@@ -25,7 +26,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from kiln import _C
 from kiln._errors import error
 from kiln.config import CompilerConfig
-from kiln._fx import serialize, target_name
+from kiln._dump import partition_snapshot, write_partition_dump
+from kiln._fx import is_symbolic_scalar, serialize, target_name
 
 
 class _KilnSupport(OperatorSupportBase):
@@ -35,6 +37,8 @@ class _KilnSupport(OperatorSupportBase):
     def is_node_supported(self, submodules, node: fx.Node) -> bool:
         if node.op != "call_function":
             return False
+        if is_symbolic_scalar(node):
+            return True  # sizes are folded into the expressions of their uses
         if node.target is operator.getitem:
             return self.verdicts.get(node.args[0].name) == ""
         return self.verdicts.get(node.name) == ""
@@ -46,11 +50,15 @@ class KilnSubgraph(torch.nn.Module):
     subgraph, so no result is ever computed from stale weights."""
 
     def __init__(self, graph_json: str, constant_args: dict[int, str], names: list[str],
-                 example_args: list[torch.Tensor], options: dict[str, Any], single_output: bool):
+                 example_args: list[torch.Tensor], options: dict[str, Any], single_output: bool,
+                 size_args: frozenset[int] = frozenset()):
         super().__init__()
         self.graph_json = graph_json
         self.constant_args = constant_args  # argument position → placeholder name
-        self.input_positions = [i for i in range(len(names)) if i not in constant_args]
+        # Sizes passed as SymInts (dynamic shapes) are not inputs: Kiln reads them off the
+        # tensors' shapes.
+        self.input_positions = [i for i in range(len(names))
+                                if i not in constant_args and i not in size_args]
         self.options = options
         self.single_output = single_output
         self._freeze([example_args[i] for i in constant_args], list(constant_args))
@@ -93,6 +101,13 @@ def _unsupported_summary(gm: fx.GraphModule, verdicts: dict[str, str]) -> str:
 class Partition:
     name: str
     ops: collections.Counter
+    module: KilnSubgraph | None = None
+    input_sizes: list[list[int]] | None = None  # the shapes it was compiled for
+    memory: dict | None = None  # CompiledGraph.memory_stats for input_sizes
+
+    def memory_plan(self, format: str = "table") -> str:
+        """The partition's memory plan: a table, or an SVG chart of offset over time."""
+        return self.module.compiled.memory_plan(self.input_sizes, format)
 
 
 @dataclasses.dataclass
@@ -106,6 +121,12 @@ class Report:
         for p in self.partitions:
             ops = ", ".join(f"{t} x{n}" for t, n in p.ops.most_common())
             lines.append(f"  {p.name}: {sum(p.ops.values())} ops ({ops})")
+            if p.memory is not None:
+                m = p.memory
+                lines.append(f"    memory: arena {m['arena_bytes']} bytes for "
+                             f"{m['intermediate_bytes']} bytes of intermediates "
+                             f"({m['in_place']} in place, schedule {m['schedule']}, "
+                             f"placement {m['placement']})")
         lines.append(f"{sum(n for n, _ in self.fallback.values())} op(s) left in PyTorch")
         for target, (n, why) in self.fallback.items():
             lines.append(f"  {target} x{n}: {why}")
@@ -130,10 +151,22 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                                              allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
                   if sum(n.target is not operator.getitem for n in p.nodes) >= min_block_size]
+    # Kiln graphs are named <FX graph>_fused_<i> (the partitioner's i-th module), so the dumps of
+    # several compiled FX graphs don't overwrite each other.
+    graph_name = f"graph{next(_graph_ids)}"
+    dump_type = config.get("debug.graph_dump.type")
+    if dump_type is not None:
+        snapshot = partition_snapshot(gm, {n.name: f"{graph_name}_fused_{i}"
+                                           for i, p in enumerate(partitions) for n in p.nodes},
+                                      verdicts)
     fused = partitioner.fuse_partitions(partitions)
+    if dump_type is not None:
+        write_partition_dump(snapshot, fused, graph_name, dump_type,
+                             config.get("debug.graph_dump.path"))
     options = config.compile_options()
-    if options["kernel_policy"] == "reference" and config.get("optimization.level") == "O0":
-        options["disabled_passes"] = _C.pass_names()
+    if config.get("memory.enable_shared_pool"):
+        # The partitions run one after another: they can borrow one arena, sized to the largest.
+        options["memory_pool"] = _C.MemoryPool()
     parent_placeholders = {n.name: n for n in fused.graph.nodes if n.op == "placeholder"}
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
@@ -154,14 +187,21 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
             example_args.append(data)
         output = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         single = not isinstance(output, (list, tuple))
-        graph_json = serialize(sub, set(constant_args.values()), name=node.target)
-        setattr(fused, node.target,
-                KilnSubgraph(graph_json, constant_args, [p.name for p in sub_placeholders],
-                             example_args, options, single))
+        graph_json = serialize(sub, set(constant_args.values()),
+                               name=f"{graph_name}_{node.target}")
+        size_args = frozenset(i for i, ph in enumerate(sub_placeholders)
+                              if is_symbolic_scalar(ph))
+        module = KilnSubgraph(graph_json, constant_args, [p.name for p in sub_placeholders],
+                              example_args, options, single, size_args)
+        setattr(fused, node.target, module)
         if report is not None:
+            sizes = [[d if isinstance(d, int) else d.node.hint
+                      for d in node.args[i].meta["val"].shape]
+                     for i in module.input_positions]
             report.partitions.append(Partition(node.target, collections.Counter(
                 target_name(n) for n in sub.graph.nodes
-                if n.op == "call_function" and n.target is not operator.getitem)))
+                if n.op == "call_function" and n.target is not operator.getitem),
+                module, sizes, module.compiled.memory_stats(sizes)))
     if report is not None:
         in_kiln = {n.name for p in partitions for n in p.nodes}
         for n in gm.graph.nodes:
@@ -175,6 +215,7 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
 
 
 _MODES = ("default", "reduce-overhead", "max-autotune")
+_graph_ids = itertools.count()
 
 
 def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = None,
@@ -185,8 +226,12 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
     if mode not in _MODES:
         raise error("E10001", f"mode {mode!r} is unknown; use one of {', '.join(_MODES)}")
     if mode == "max-autotune":
-        raise error("E10001", "mode 'max-autotune' (timing candidate kernels at compile time) "
-                    "is not supported yet by Kiln; use mode='default'")
+        policy = config.get("operator_selection.policy")
+        if policy not in ("PERFORMANCE", "MAX_AUTOTUNE"):
+            raise error("E10001", f"mode 'max-autotune' picks kernels by timing them, but "
+                        f"operator_selection.policy is {policy!r}; drop one of the two")
+        config = CompilerConfig.from_options(config.as_dict())  # the caller's stays unchanged
+        config.set("operator_selection.policy", "MAX_AUTOTUNE")
     # Parameters and buffers that dynamo passes as graph inputs are frozen into Kiln's graph.
     # AOTAutograd traces with fake tensors: the real ones are taken here, by position.
     constants = {i: t for i, t in enumerate(example_inputs)

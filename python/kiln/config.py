@@ -49,9 +49,10 @@ def _opt(default, check_and_expected, implemented=True, doc=""):
 
 
 _OPTIONS: dict[str, _Option] = {
-    "debug.graph_dump.type": _opt(None, _choice(None, "txt", "json", "dot", "png", "svg"), False,
-        "write the graph after each stage as txt/json/dot/png/svg"),
-    "debug.graph_dump.path": _opt("./kiln_dump", _typed(str), False,
+    "debug.graph_dump.type": _opt(None, _choice(None, "txt", "json", "dot", "png", "svg"), True,
+        "write the graph after each stage as txt/json/dot/png/svg (png and svg need Graphviz), "
+        "and the FX graph's partitioning between Kiln and PyTorch"),
+    "debug.graph_dump.path": _opt("./kiln_dump", _typed(str), True,
         "folder for graph dumps"),
     "debug.precision_check.enable": _opt(False, _typed(bool), False,
         "run node by node beside eager and report the first mismatch"),
@@ -62,21 +63,27 @@ _OPTIONS: dict[str, _Option] = {
     "debug.profile": _opt(None, (lambda v: v is None or isinstance(v, str), "None or a path"), False,
         "write a Chrome-trace profile to this path"),
     "optimization.level": _opt("O3", _choice("O0", "O1", "O2", "O3"), True,
-                               "O0: reference kernels, no passes; O1-O3: optimized kernels and "
-                               "the whole pass pipeline"),
+                               "O0: reference kernels, no passes; O1: optimized kernels, stage "
+                               "prepare; O2: + fuse; O3: every stage (docs/passes.md)"),
     "memory.optimization": _opt(True, _typed(bool), True,
                                 "static memory planning (always on; False is not supported)"),
-    "memory.reuse_threshold": _opt(0, _typed(int, 0), False,
-        "smallest buffer (bytes) whose memory is reused"),
-    "memory.optimization_level": _opt("default", _choice("default", "aggressive"), False,
-        "how hard the memory planner searches"),
-    "memory.enable_shared_pool": _opt(False, _typed(bool), False,
-        "share one arena between the compiled graphs of a model"),
+    "memory.reuse_threshold": _opt(0, _typed(int, 0), True,
+        "buffers smaller than this many bytes get memory of their own: never shared with "
+        "another buffer, never written in place"),
+    "memory.optimization_level": _opt("default", _choice("default", "aggressive"), True,
+        "default: one execution order (memory-aware at O3) and the smallest arena of every "
+        "placement strategy; aggressive: every schedule variant with every strategy"),
+    "memory.enable_shared_pool": _opt(False, _typed(bool), True,
+        "the Kiln partitions of one compiled FX graph borrow one arena, sized to the largest, "
+        "instead of one each (concurrent runs each borrow their own)"),
     "operator_selection.policy": _opt("PERFORMANCE",
-                                      _choice("PERFORMANCE", "PRECISION", "REFERENCE"), True,
-                                      "PERFORMANCE: the fastest kernel per node; PRECISION and "
-                                      "REFERENCE: the reference kernels (which accumulate in "
-                                      "double)"),
+                                      _choice("PERFORMANCE", "PRECISION", "REFERENCE",
+                                              "MAX_AUTOTUNE"), True,
+                                      "PERFORMANCE: the fastest kernel per node by measured "
+                                      "rules; MAX_AUTOTUNE (torch.compile mode max-autotune): "
+                                      "time each node's kernels on the real shapes when "
+                                      "planning and keep the fastest; PRECISION and REFERENCE: "
+                                      "the reference kernels (which accumulate in double)"),
     "operator_selection.fallback_to_cpu": _opt(True, _typed(bool), True,
                                                "run ops Kiln can't convert in PyTorch; False "
                                                "makes any such op error E50001"),
@@ -193,10 +200,21 @@ class CompilerConfig(_Section):
 
     def compile_options(self) -> dict[str, Any]:
         """The keyword arguments of kiln.compile() these options select."""
-        reference = (self.get("optimization.level") == "O0"
-                     or self.get("operator_selection.policy") != "PERFORMANCE")
+        level = int(self.get("optimization.level")[1])
+        policy = self.get("operator_selection.policy")
+        if level == 0 and policy == "MAX_AUTOTUNE":
+            raise error("E10001", "optimization.level O0 runs the reference kernels, so "
+                        "operator_selection.policy MAX_AUTOTUNE (mode max-autotune) has nothing "
+                        "to tune; use O1-O3")
+        kernel_policy = ("reference" if level == 0 or policy in ("PRECISION", "REFERENCE")
+                         else "autotune" if policy == "MAX_AUTOTUNE" else "best")
         return {"threads": self.get("execution.num_threads"),
-                "kernel_policy": "reference" if reference else "best"}
+                "optimization_level": level,
+                "kernel_policy": kernel_policy,
+                "dump_type": self.get("debug.graph_dump.type") or "",
+                "memory_reuse_threshold": self.get("memory.reuse_threshold"),
+                "memory_optimization_level": self.get("memory.optimization_level"),
+                "dump_path": self.get("debug.graph_dump.path")}
 
     def __repr__(self) -> str:
         changed = {k: v for k, v in self._values.items() if v != _OPTIONS[k].default}

@@ -40,6 +40,16 @@ class ConvertContext {
   bool boolean(const std::string& arg) const;
   std::string string(const std::string& arg) const;
   std::vector<int64_t> integers(const std::string& arg) const;
+  // A list of sizes whose entries may be symbolic ({"sym": "s0*s1"}, docs/dynamic-shapes.md):
+  // the integers (-1 where symbolic) and, when any entry is symbolic, each entry's expression
+  // ("" where static) for the ops' sym_* attributes; `syms` is empty when all are static.
+  struct Sizes {
+    std::vector<int64_t> ints;
+    std::vector<std::string> syms;
+  };
+  Sizes sizes(const std::string& arg) const;
+  // The expression of a symbolic size argument ({"sym": "s0"}), or "" when it is not one.
+  std::string sym(const std::string& arg) const;
   std::optional<DType> dtype(const std::string& arg) const;  // None → nullopt
   // An enum argument's name ("torch.contiguous_format"), "" for None.
   std::string enum_name(const std::string& arg) const;

@@ -144,6 +144,30 @@ std::vector<int64_t> ConvertContext::integers(const std::string& name) const {
   return out;
 }
 
+ConvertContext::Sizes ConvertContext::sizes(const std::string& name) const {
+  const Json& a = arg(name);
+  if (!a.is_array()) return Sizes{integers(name), {}};
+  Sizes out;
+  bool symbolic = false;
+  for (const Json& item : a) {
+    const bool is_sym = item.is_object() && item.contains("sym") && item.at("sym").is_string();
+    if (!is_sym && (item.is_boolean() || !item.is_number_integer()))
+      unsupported("argument '" + name + "' holds " + item.dump());
+    out.ints.push_back(is_sym ? -1 : item.get<int64_t>());
+    out.syms.push_back(is_sym ? item.at("sym").get<std::string>() : "");
+    symbolic |= is_sym;
+  }
+  if (!symbolic) out.syms.clear();
+  return out;
+}
+
+std::string ConvertContext::sym(const std::string& name) const {
+  const Json& a = arg(name);
+  return a.is_object() && a.contains("sym") && a.at("sym").is_string()
+             ? a.at("sym").get<std::string>()
+             : "";
+}
+
 std::optional<DType> ConvertContext::dtype(const std::string& name) const {
   if (!has(name)) return std::nullopt;
   const Json& a = arg(name);
@@ -307,8 +331,17 @@ std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
     std::function<Value*(const Json&)> resolve = [&](const Json& ref) {
       return lookup(values, ref);
     };
-    for (const Json& node : fx.at("nodes"))
+    for (const Json& node : fx.at("nodes")) {
+      size_t first_new = g->num_nodes();
       values[node.at("name").get<std::string>()] = convert_node(*g, shapes, node, resolve);
+      // Every node a converter adds carries the FX node's origin into dumps.
+      std::vector<Node*> nodes = g->nodes();
+      for (size_t i = first_new; i < nodes.size(); ++i) {
+        nodes[i]->annotate("aten", node.at("target").get<std::string>());
+        std::string source = node.value("source", "");
+        if (!source.empty()) nodes[i]->annotate("source", source);
+      }
+    }
     std::vector<Value*> outputs;
     for (const Json& ref : fx.at("outputs")) outputs.push_back(lookup(values, ref));
     g->set_outputs(outputs);

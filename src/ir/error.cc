@@ -14,6 +14,9 @@ std::string_view error_code_string(ErrorCode code) {
     case ErrorCode::InputBuffer: return "E10005";
     case ErrorCode::ParseError: return "E10010";
     case ErrorCode::BadModelFile: return "E10020";
+    case ErrorCode::ModelFileVersion: return "E10021";
+    case ErrorCode::ModelPlanMismatch: return "E10022";
+    case ErrorCode::DumpFailed: return "E10030";
     case ErrorCode::DynamicShapeRange: return "E20008";
     case ErrorCode::FormatMismatch: return "E30012";
     case ErrorCode::InvalidGraph: return "E40001";

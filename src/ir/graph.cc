@@ -38,6 +38,18 @@ const std::vector<int64_t>& Node::attr_ints(const std::string& key) const {
   return get_attr<std::vector<int64_t>>(attrs_, key, "an int list", name_);
 }
 
+std::string Node::annotation(const std::string& key) const {
+  auto it = annotations_.find(key);
+  return it == annotations_.end() ? std::string() : it->second;
+}
+
+void Node::inherit_source(const Node& from) {
+  for (const char* key : {"source", "aten"}) {
+    auto it = from.annotations_.find(key);
+    if (it != from.annotations_.end()) annotations_[key] = it->second;
+  }
+}
+
 Graph::Graph(std::string name) : name_(std::move(name)) {}
 
 std::string NamePool::take(const std::string& hint) {
@@ -195,6 +207,17 @@ void Graph::remove_node(Node* node) {
                             [&](const auto& n) { return n.get() == node; }));
 }
 
+void Graph::remove_constant(Value* constant) {
+  KILN_ASSERT(constant->graph_ == this && constant->kind_ == Value::Kind::Constant,
+              "remove_constant on %" << constant->name_ << ", not a constant of this graph");
+  KILN_ASSERT(constant->users_.empty() &&
+                  std::find(outputs_.begin(), outputs_.end(), constant) == outputs_.end(),
+              "removing constant %" << constant->name_ << ", which is still used");
+  constants_.erase(std::find(constants_.begin(), constants_.end(), constant));
+  values_.erase(std::find_if(values_.begin(), values_.end(),
+                             [&](const auto& v) { return v.get() == constant; }));
+}
+
 void Graph::topological_sort() {
   // Kahn's algorithm, taking ready nodes in their current order so sorted graphs are unchanged.
   std::unordered_map<const Node*, size_t> pending;
@@ -261,6 +284,7 @@ std::unique_ptr<Graph> Graph::clone() const {
       names.push_back(out->name_);
     }
     Node* copy = g->add_node_with_types(n->op_, ins, n->attrs_, types, n->name_, names);
+    copy->annotations_ = n->annotations_;
     for (size_t i = 0; i < n->outputs_.size(); ++i) map[n->outputs_[i]] = copy->outputs_[i];
   }
   for (Value* out : outputs_) g->outputs_.push_back(map.at(out));

@@ -55,6 +55,19 @@ Tensor Tensor::copy_of(const TensorView& view) {
   return t;
 }
 
+Tensor Tensor::borrowed(DType dtype, std::vector<int64_t> sizes, const void* data,
+                        std::shared_ptr<const void> owner) {
+  KILN_ASSERT(reinterpret_cast<uintptr_t>(data) % kAlignment == 0, "borrowed data is misaligned");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.sizes_ = std::move(sizes);
+  // The aliasing constructor: the pointer is `data`, the lifetime is the owner's. Kiln never
+  // writes through a constant's pointer, so dropping const here is safe.
+  t.storage_ = std::shared_ptr<std::byte>(std::const_pointer_cast<void>(std::move(owner)),
+                                          static_cast<std::byte*>(const_cast<void*>(data)));
+  return t;
+}
+
 bool Tensor::same_contents(const Tensor& other) const {
   if (defined() != other.defined()) return false;
   if (!defined()) return true;

@@ -359,7 +359,28 @@ class Parser {
 
   // ------------------------------------------------------------------ types and data
 
-  TensorType parse_type() {
+  // A type with an optional layout suffix `<nChw8c>`, which only node results may have: graph
+  // inputs, constants and tensor attributes are plain, as PyTorch hands them over.
+  TensorType parse_type(bool results = false) {
+    TensorType type = parse_plain_type();
+    if (!at_punct('<')) return type;
+    size_t offset = tok_.offset;
+    if (!results)
+      fail_at(offset, "only node results have layouts; graph inputs, constants and tensor "
+                      "attributes are plain");
+    advance();
+    if (tok_.kind != Token::Word || !parse_layout(tok_.text, type.layout))
+      unexpected("a layout: plain, nhwc, nChw8c or nChw16c");
+    advance();
+    expect_punct('>', "'>' to end the layout");
+    if (type.layout == Layout::Plain)
+      fail_at(offset, "write a plain type without a layout suffix (the printer never writes <plain>)");
+    std::string problem = layout_problem(type.shape, type.layout);
+    if (!problem.empty()) fail_at(offset, problem);
+    return type;
+  }
+
+  TensorType parse_plain_type() {
     if (tok_.kind != Token::Word) unexpected("a type like f32[2, 3]");
     std::optional<DType> dtype = parse_dtype(tok_.text);
     if (!dtype)
@@ -709,7 +730,7 @@ class Parser {
         r.name = take_new_value_name();
         if (at_punct(':')) {
           advance();
-          r.type = parse_type();
+          r.type = parse_type(/*results=*/true);
         }
         if (!results.empty() && r.type.has_value() != results[0].type.has_value())
           fail_at(r.offset, "give a type to every result of a node or to none");

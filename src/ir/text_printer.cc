@@ -1,6 +1,7 @@
 // Prints a Graph in Kiln's textual IR (docs/ir.md). The output parses back to the same graph:
 // names, symbols, types, attributes and constant bytes are all exact.
 #include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -102,6 +103,7 @@ void append_type(std::string& out, DType dtype, const Shape& shape, const Symbol
 
 void append_type(std::string& out, const TensorType& type, const SymbolTable& symbols) {
   append_type(out, type.dtype, type.shape, symbols);
+  if (type.layout != Layout::Plain) out.append("<").append(layout_name(type.layout)).append(">");
 }
 
 void append_hex(std::string& out, const Tensor& t) {
@@ -157,7 +159,8 @@ void append_attr(std::string& out, const Attr& attr, const SymbolTable& symbols)
       attr);
 }
 
-void append_node(std::string& out, const Node& node, const SymbolTable& symbols) {
+void append_node(std::string& out, const Node& node, const SymbolTable& symbols,
+                 bool annotations) {
   out += "  ";
   const auto& results = node.outputs();
   for (size_t i = 0; i < results.size(); ++i) {
@@ -190,12 +193,18 @@ void append_node(std::string& out, const Node& node, const SymbolTable& symbols)
     out += ' ';
     append_sigil_name(out, '@', node.name());
   }
+  if (annotations && !node.annotations().empty()) {
+    out += "  #";
+    // A comment runs to the end of the line: control bytes in a value would end it early.
+    for (const auto& [key, value] : node.annotations()) {
+      out += ' ' + key + '=';
+      for (char c : value) out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+    }
+  }
   out += '\n';
 }
 
-}  // namespace
-
-std::string print_graph(const Graph& graph) {
+std::string print(const Graph& graph, bool annotations, size_t max_constant_bytes) {
   const SymbolTable& symbols = graph.symbols();
   std::string out = "graph ";
   append_sigil_name(out, '@', graph.name());
@@ -215,6 +224,15 @@ std::string print_graph(const Graph& graph) {
   for (const Value* c : graph.constants()) {
     // The data decides the type: the hex must hold exactly its bytes.
     const Tensor& data = c->constant();
+    if (data.nbytes() > max_constant_bytes) {
+      // Dumps of real models would hold every weight once per stage.
+      out += "  input ";
+      append_sigil_name(out, '%', c->name());
+      out += " : ";
+      append_type(out, c->type(), symbols);
+      out += "  # constant, " + std::to_string(data.nbytes()) + " bytes elided\n";
+      continue;
+    }
     out += "  const ";
     append_sigil_name(out, '%', c->name());
     out += " : ";
@@ -223,7 +241,7 @@ std::string print_graph(const Graph& graph) {
     append_hex(out, data);
     out += '\n';
   }
-  for (const Node* node : graph.nodes()) append_node(out, *node, symbols);
+  for (const Node* node : graph.nodes()) append_node(out, *node, symbols, annotations);
   if (!graph.outputs().empty()) {
     out += "  output ";
     for (size_t i = 0; i < graph.outputs().size(); ++i) {
@@ -234,6 +252,13 @@ std::string print_graph(const Graph& graph) {
   }
   out += "}\n";
   return out;
+}
+
+}  // namespace
+
+std::string print_graph(const Graph& graph) { return print(graph, false, SIZE_MAX); }
+std::string print_graph_annotated(const Graph& graph, size_t max_constant_bytes) {
+  return print(graph, true, max_constant_bytes);
 }
 
 }  // namespace kiln

@@ -78,6 +78,14 @@ void verify(const Graph& g) {
         broken(g, "operands are defined", "node " + n->name() + " uses a value that no input, "
                                           "constant or node of this graph defines");
   if (g.outputs().empty()) broken(g, "outputs exist", "the graph has no outputs");
+
+  // Rule: graph inputs and outputs are plain (callers pass and get plain tensors, as PyTorch).
+  for (const auto* list : {&g.inputs(), &g.outputs()})
+    for (const Value* v : *list)
+      if (v->type().layout != Layout::Plain)
+        broken(g, "graph inputs and outputs are plain",
+               "%" + v->name() + " is " + type_string(v->type(), &g.symbols()) +
+                   "; reorder it to plain");
   for (const Value* out : g.outputs())
     if (!defined_by.count(out))
       broken(g, "operands are defined", "a graph output is not defined in this graph");

@@ -268,6 +268,7 @@ void register_batch_norm_ops(OpRegistry& registry) {
   batch_norm.kernels.push_back({"avx2", "native", avx2_unsupported, batch_norm_avx2});
 #endif
   batch_norm.kernels.push_back({"reference", "native", always_supported, batch_norm_reference});
+  for (KernelDef& k : batch_norm.kernels) k.in_place_inputs = {0};  // y[i] from x[i] alone
   registry.add(std::move(batch_norm));
 
   OpDef group_norm;
@@ -280,6 +281,7 @@ void register_batch_norm_ops(OpRegistry& registry) {
                                 group_norm_kernel<float, Avx2Ops>});
 #endif
   group_norm.kernels.push_back({"reference", "native", always_supported, group_norm_reference});
+  for (KernelDef& k : group_norm.kernels) k.in_place_inputs = {0};  // group stats, then affine
   registry.add(std::move(group_norm));
 }
 

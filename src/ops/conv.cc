@@ -1,15 +1,26 @@
-// conv2d: PyTorch's Conv2d forward on NCHW tensors, f32 and f64.
+// conv2d: PyTorch's Conv2d forward on [N, C, H, W] tensors, f32 and f64.
 //
-// Inputs x[N, C, H, W], w[O, C/groups, KH, KW] and optionally bias[O] (a variadic last input
-// with zero or one values). Attributes: stride [sh, sw], padding [ph, pw] (symmetric) or [top,
-// left, bottom, right], dilation [dh, dw], groups, and fused_activation ("none" or "relu",
-// applied after the bias by the same kernel: the epilogue a fusion pass sets).
+// Inputs x[N, C, H, W], w[O, C/groups, KH, KW], then optionally bias[O], then r (when residual is
+// true). Attributes: stride [sh, sw], padding [ph, pw] (symmetric) or [top, left, bottom, right],
+// dilation [dh, dw], groups, and the epilogue fusion passes set, applied by the same kernel as
+// the result is stored (cpu::ConvEpilogue):
+//   y = clamp(fused_activation(conv(x, w) + bias + r), clamp_min, clamp_max)
+// with fused_activation one of the matmul epilogue's ("none", "relu", "gelu_erf", ...), clamp
+// bounds -inf and inf (none) by default, and r of y's type and layout. The defaults leave a plain
+// convolution. x may be in any layout; y is in `layout` (the format stage sets it); w and bias
+// are plain.
 //
-// Kernels, best first: oneDNN (f32), then the reference loops (f32, f64).
+// Kernels, best first: oneDNN (f32), then the reference loops (f32, f64), which read and write
+// non-plain layouts through plain copies in their scratch memory.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/op_registry.h"
 
@@ -28,15 +39,19 @@ std::array<int64_t, 4> padding_tlbr(const std::vector<int64_t>& padding) {
 
 // The number of window positions of `extent` input elements, `stride` apart, in `in + pad`
 // elements; 0 when not even one fits (type inference rejects that for known sizes).
+// Computed in 128 bits: an unbounded symbol's range ends at INT64_MAX.
 int64_t window_count(int64_t in, int64_t pad, int64_t extent, int64_t stride) {
-  return in + pad < extent ? 0 : (in + pad - extent) / stride + 1;
+  const __int128 padded = __int128{in} + pad;
+  if (padded < extent) return 0;
+  const __int128 count = (padded - extent) / stride + 1;
+  return count > INT64_MAX ? INT64_MAX : static_cast<int64_t>(count);
 }
 
 Dim output_dim(InferContext& ctx, Dim in, int64_t pad, int64_t kernel, int64_t dilation,
                int64_t stride, const char* axis) {
   const int64_t extent = dilation * (kernel - 1) + 1;
   const int64_t largest = in.is_static() ? in.size() : ctx.symbols()[in.symbol()].max;
-  if (largest + pad < extent)
+  if (window_count(largest, pad, extent, 1) == 0)
     ctx.fail(std::string("the kernel spans ") + std::to_string(extent) + " input " + axis +
              "s (size " + std::to_string(kernel) + ", dilation " + std::to_string(dilation) +
              ") but the padded input has " + (in.is_static() ? "" : "at most ") +
@@ -51,15 +66,46 @@ Dim output_dim(InferContext& ctx, Dim in, int64_t pad, int64_t kernel, int64_t d
       in, [=](int64_t size) { return window_count(size, pad, extent, stride); }, expr);
 }
 
+// The inputs after x and w: [bias] then [r].
+struct Extras {
+  bool bias = false, residual = false;
+};
+
+void check_epilogue(InferContext& ctx, Extras& extras) {
+  extras.residual = ctx.attr_bool("residual");
+  const size_t extra = ctx.num_inputs() - 2;
+  ctx.check(extra <= 1 + (extras.residual ? 1u : 0u),
+            std::string("takes x, w, at most one bias") +
+                (extras.residual ? " and the residual r" : "") + ", got " +
+                std::to_string(ctx.num_inputs()) + " inputs");
+  ctx.check(!extras.residual || extra >= 1, "residual is true but there is no r input");
+  extras.bias = extra == (extras.residual ? 2u : 1u);
+  const std::string& activation = ctx.attr_string("fused_activation");
+  ctx.check(cpu::parse_activation(activation).has_value(),
+            "fused_activation must be one of " + cpu::activation_names() + ", got \"" +
+                activation + "\"");
+  const double lo = ctx.attr_float("clamp_min"), hi = ctx.attr_float("clamp_max");
+  ctx.check(!std::isnan(lo) && !std::isnan(hi) && lo <= hi,
+            "clamp_min must not exceed clamp_max, and neither may be NaN");
+}
+
 void infer_conv2d(InferContext& ctx) {
+  ctx.check(ctx.num_inputs() >= 2, "takes x and w");
   const TensorType& x = ctx.input(0);
   const TensorType& w = ctx.input(1);
   ctx.check(x.rank() == 4, "x must be 4-D [N, C, H, W]");
   ctx.check(w.rank() == 4, "w must be 4-D [O, C/groups, KH, KW]");
-  ctx.check(ctx.num_inputs() <= 3, "takes x, w and at most one bias");
+  Extras extras;
+  check_epilogue(ctx, extras);
   ctx.check(x.dtype == DType::F32 || x.dtype == DType::F64, "conv2d supports f32 and f64");
   for (size_t i = 1; i < ctx.num_inputs(); ++i)
-    ctx.check(ctx.input(i).dtype == x.dtype, "x, w and bias must have the same dtype");
+    ctx.check(ctx.input(i).dtype == x.dtype, "every input must have x's dtype");
+  for (size_t i = 1; i < (extras.bias ? 3u : 2u); ++i)
+    ctx.check(ctx.input(i).layout == Layout::Plain, "w and bias must be plain");
+  Layout layout = Layout::Plain;
+  const std::string& layout_attr = ctx.attr_string("layout");
+  ctx.check(parse_layout(layout_attr, layout),
+            "layout must be plain, nhwc, nChw8c or nChw16c, got \"" + layout_attr + "\"");
 
   const int64_t groups = ctx.attr_int("groups");
   const auto& stride = ctx.attr_ints("stride");
@@ -73,9 +119,6 @@ void infer_conv2d(InferContext& ctx) {
   ctx.check((padding.size() == 2 || padding.size() == 4) &&
                 std::all_of(padding.begin(), padding.end(), [](int64_t p) { return p >= 0; }),
             "padding must be non-negative ints, [ph, pw] or [top, left, bottom, right]");
-  const std::string& activation = ctx.attr_string("fused_activation");
-  ctx.check(activation == "none" || activation == "relu",
-            "fused_activation must be \"none\" or \"relu\", got \"" + activation + "\"");
 
   ctx.check(w.shape[2].is_static() && w.shape[3].is_static() && w.shape[2].size() >= 1 &&
                 w.shape[3].size() >= 1,
@@ -96,7 +139,7 @@ void infer_conv2d(InferContext& ctx) {
                     std::to_string(w.shape[1].size()) + " per group x " + g +
                     " groups = " + std::to_string(w.shape[1].size() * groups));
   }
-  if (ctx.num_inputs() == 3) {
+  if (extras.bias) {
     ctx.check(ctx.input(2).rank() == 1, "bias must be 1-D [O]");
     ctx.unify(ctx.input(2).shape[0], out_channels, "bias size and w's output channels");
   }
@@ -106,7 +149,19 @@ void infer_conv2d(InferContext& ctx) {
                       "row");
   Dim ow = output_dim(ctx, x.shape[3], pad[1] + pad[3], w.shape[3].size(), dilation[1], stride[1],
                       "column");
-  ctx.set_output(0, TensorType{x.dtype, {x.shape[0], out_channels, oh, ow}, Layout::Plain});
+  TensorType y{x.dtype, {x.shape[0], out_channels, oh, ow}, layout};
+  const std::string problem = layout_problem(y.shape, layout);
+  ctx.check(problem.empty(), "y can't be in its layout: " + problem);
+  if (extras.residual) {
+    const TensorType& r = ctx.input(ctx.num_inputs() - 1);
+    ctx.check(r.rank() == 4 && r.layout == layout,
+              "the residual r must have y's rank and layout (" + type_string(y, &ctx.symbols()) +
+                  ")");
+    for (size_t d = 0; d < 4; ++d)
+      y.shape[d] = ctx.unify(y.shape[d], r.shape[d], "y's and the residual's dim " +
+                                                         std::to_string(d));
+  }
+  ctx.set_output(0, y);
 }
 
 Conv2dGeometry geometry_of(const KernelSpec& spec) {
@@ -137,15 +192,37 @@ Conv2dGeometry geometry_of(const KernelSpec& spec) {
 }
 
 ConvEpilogue epilogue_of(const KernelSpec& spec) {
-  return ConvEpilogue{.bias = spec.inputs.size() == 3,
-                      .activation = spec.node.attr_string("fused_activation") == "relu"
-                                        ? Activation::Relu
-                                        : Activation::None};
+  const Node& node = spec.node;
+  const bool residual = node.attr_bool("residual");
+  const std::optional<Activation> activation = cpu::parse_activation(
+      node.attr_string("fused_activation"));
+  KILN_ASSERT(activation, "conv2d " << node.name() << " has an unchecked activation");
+  return ConvEpilogue{.bias = spec.inputs.size() == (residual ? 4u : 3u),
+                      .residual = residual,
+                      .activation = *activation,
+                      .clamp_min = node.attr_float("clamp_min"),
+                      .clamp_max = node.attr_float("clamp_max")};
 }
 
+// The epilogue after the bias, rounding after each step as the unfused add, activation and
+// hardtanh do, so that a fused reference convolution equals the unfused reference chain.
+template <typename T>
+T reference_epilogue(const ConvEpilogue& e, T y, const T* r) {
+  if (e.residual) y = static_cast<T>(y + *r);
+  y = cpu::reference_activation(e.activation, y);
+  if (e.clamps()) {
+    // hardtanh's rule (elementwise.cc): NaN stays NaN.
+    const T low = static_cast<T>(e.clamp_min), high = static_cast<T>(e.clamp_max);
+    y = y < low ? low : y;
+    y = high < y ? high : y;
+  }
+  return y;
+}
+
+// On plain tensors; r is null without a residual.
 template <typename T>
 void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const T* x, const T* w,
-                      const T* bias, T* y, int threads) {
+                      const T* bias, const T* r, T* y, int threads) {
   const int64_t c_per_group = g.c / g.groups, o_per_group = g.o / g.groups;
   const int64_t window = c_per_group * g.kh * g.kw;
   cpu::parallel_chunks(g.n * g.o, g.oh * g.ow * window, threads, [&](int64_t begin, int64_t end) {
@@ -154,6 +231,7 @@ void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const T* x
       const T* x_group = x + (batch * g.c + out_channel / o_per_group * c_per_group) * g.h * g.w;
       const T* w_out = w + out_channel * window;
       T* y_plane = y + plane * g.oh * g.ow;
+      const T* r_plane = r ? r + plane * g.oh * g.ow : nullptr;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           // In double, as matmul's reference: exact to about 2^-53 of the sum of |x*w|.
@@ -170,26 +248,79 @@ void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const T* x
               }
             }
           }
-          // `sum < 0 ? 0 : sum` keeps NaN, as PyTorch's relu.
-          if (e.activation == Activation::Relu && sum < 0) sum = 0;
-          y_plane[oy * g.ow + ox] = static_cast<T>(sum);
+          const int64_t at = oy * g.ow + ox;
+          y_plane[at] = reference_epilogue(e, static_cast<T>(sum), r_plane ? r_plane + at : nullptr);
         }
       }
     }
   });
 }
 
+// The reference loops on plain tensors; x, r and y in other layouts go through plain copies in
+// the scratch memory.
+template <typename T>
+class ReferenceConv2d final : public KernelInstance {
+ public:
+  explicit ReferenceConv2d(const KernelSpec& spec)
+      : g_(geometry_of(spec)),
+        e_(epilogue_of(spec)),
+        threads_(spec.threads),
+        x_layout_(spec.inputs[0].layout),
+        y_layout_(spec.outputs[0].layout) {
+    if (x_layout_ != Layout::Plain) x_copy_ = take(g_.n * g_.c * g_.h * g_.w);
+    if (y_layout_ != Layout::Plain) {
+      y_copy_ = take(g_.n * g_.o * g_.oh * g_.ow);
+      if (e_.residual) r_copy_ = take(g_.n * g_.o * g_.oh * g_.ow);
+    }
+  }
+
+  size_t scratch_bytes() const override { return scratch_bytes_; }
+
+  void run(std::span<const void* const> in, std::span<void* const> out,
+           void* scratch) const override {
+    auto* base = static_cast<std::byte*>(scratch);
+    const cpu::Nchw xs{g_.n, g_.c, g_.h, g_.w}, ys{g_.n, g_.o, g_.oh, g_.ow};
+    const T* x = static_cast<const T*>(in[0]);
+    if (x_layout_ != Layout::Plain) {
+      T* plain = reinterpret_cast<T*>(base + x_copy_);
+      cpu::convert_layout(xs, x_layout_, x, Layout::Plain, plain, threads_);
+      x = plain;
+    }
+    const T* r = e_.residual ? static_cast<const T*>(in[in.size() - 1]) : nullptr;
+    T* y = static_cast<T*>(out[0]);
+    if (y_layout_ != Layout::Plain) {
+      if (r) {
+        T* plain = reinterpret_cast<T*>(base + r_copy_);
+        cpu::convert_layout(ys, y_layout_, r, Layout::Plain, plain, threads_);
+        r = plain;
+      }
+      y = reinterpret_cast<T*>(base + y_copy_);
+    }
+    reference_conv2d(g_, e_, x, static_cast<const T*>(in[1]),
+                     e_.bias ? static_cast<const T*>(in[2]) : nullptr, r, y, threads_);
+    if (y_layout_ != Layout::Plain)
+      cpu::convert_layout(ys, Layout::Plain, y, y_layout_, static_cast<T*>(out[0]), threads_);
+  }
+
+ private:
+  // Reserves `elements` values of scratch; returns their offset (aligned for any kernel use).
+  size_t take(int64_t elements) {
+    const size_t offset = scratch_bytes_;
+    const size_t bytes = static_cast<size_t>(elements) * sizeof(T);
+    scratch_bytes_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    return offset;
+  }
+
+  Conv2dGeometry g_;
+  ConvEpilogue e_;
+  int threads_;
+  Layout x_layout_, y_layout_;
+  size_t scratch_bytes_ = 0, x_copy_ = 0, y_copy_ = 0, r_copy_ = 0;
+};
+
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
-  auto make = [&]<typename T>(T*) {
-    return make_kernel([g = geometry_of(spec), e = epilogue_of(spec), threads = spec.threads](
-                           std::span<const void* const> in, std::span<void* const> out) {
-      reference_conv2d(g, e, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
-                       e.bias ? static_cast<const T*>(in[2]) : nullptr, static_cast<T*>(out[0]),
-                       threads);
-    });
-  };
-  if (spec.inputs[0].dtype == DType::F64) return make(static_cast<double*>(nullptr));
-  return make(static_cast<float*>(nullptr));
+  if (spec.inputs[0].dtype == DType::F64) return std::make_unique<ReferenceConv2d<double>>(spec);
+  return std::make_unique<ReferenceConv2d<float>>(spec);
 }
 
 std::string onednn_unsupported(const KernelSpec& spec) {
@@ -205,13 +336,18 @@ std::string onednn_unsupported(const KernelSpec& spec) {
 void register_conv_ops(OpRegistry& registry) {
   OpDef def;
   def.name = "conv2d";
-  def.inputs = {{"x"}, {"w"}, {"bias", /*variadic=*/true}};
+  def.inputs = {{"x"}, {"w"}, {"bias_and_residual", /*variadic=*/true}};
   def.attrs = {{"stride", std::vector<int64_t>{1, 1}},
                {"padding", std::vector<int64_t>{0, 0}},
                {"dilation", std::vector<int64_t>{1, 1}},
                {"groups", int64_t{1}},
-               {"fused_activation", std::string("none")}};
+               {"fused_activation", std::string("none")},
+               {"clamp_min", -std::numeric_limits<double>::infinity()},
+               {"clamp_max", std::numeric_limits<double>::infinity()},
+               {"residual", false},
+               {"layout", std::string("plain")}};
   def.infer = infer_conv2d;
+  def.layout_aware = true;
   def.kernels = {
       {"onednn", "onednn", onednn_unsupported,
        [](const KernelSpec& spec) {

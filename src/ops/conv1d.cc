@@ -10,6 +10,7 @@
 // registered after it (op_list.inc).
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include "ops/op_registry.h"
 #include "ops/window_dims.h"
@@ -38,16 +39,20 @@ void infer_conv1d(InferContext& ctx) {
   const auto& dilation = ctx.attr_ints("dilation");
   const auto& padding = ctx.attr_ints("padding");
   ctx.check(groups >= 1, "groups must be at least 1, got " + std::to_string(groups));
-  ctx.check(stride.size() == 1 && stride[0] >= 1, "stride must be one positive int [s]");
-  ctx.check(dilation.size() == 1 && dilation[0] >= 1, "dilation must be one positive int [d]");
+  // Below 2^31, every window computation stays far from overflow.
+  auto in_range = [](int64_t v, int64_t least) { return v >= least && v <= INT32_MAX; };
+  ctx.check(stride.size() == 1 && in_range(stride[0], 1),
+            "stride must be one positive int [s] below 2^31");
+  ctx.check(dilation.size() == 1 && in_range(dilation[0], 1),
+            "dilation must be one positive int [d] below 2^31");
   ctx.check((padding.size() == 1 || padding.size() == 2) &&
-                std::all_of(padding.begin(), padding.end(), [](int64_t p) { return p >= 0; }),
-            "padding must be non-negative ints, [p] or [left, right]");
+                std::all_of(padding.begin(), padding.end(), [&](int64_t p) { return in_range(p, 0); }),
+            "padding must be non-negative ints below 2^31, [p] or [left, right]");
   const std::string& activation = ctx.attr_string("fused_activation");
   ctx.check(activation == "none" || activation == "relu",
             "fused_activation must be \"none\" or \"relu\", got \"" + activation + "\"");
-  ctx.check(w.shape[2].is_static() && w.shape[2].size() >= 1,
-            "the kernel's length (w's dim 2) must be known and positive");
+  ctx.check(w.shape[2].is_static() && in_range(w.shape[2].size(), 1),
+            "the kernel's length (w's dim 2) must be known, positive and below 2^31");
 
   const std::string g = std::to_string(groups);
   const Dim out_channels = w.shape[0];

@@ -9,6 +9,7 @@
 // Kernels, best first: oneDNN's deconvolution (f32), then the reference loops (f32, f64).
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include "kernels/cpu/conv_transpose.h"
 #include "kernels/cpu/parallel_chunks.h"
@@ -42,12 +43,14 @@ WindowAxis axis_of(const Attrs& a, size_t i, int64_t kernel) {
                     .pad_begin = a.padding[i], .pad_end = a.padding[i]};
 }
 
+// One or two values, each at least `least` and below 2^31 (far from overflow in the output size).
 void check_pair(InferContext& ctx, const std::string& name, int64_t least) {
   const auto& v = ctx.attr_ints(name);
   ctx.check((v.size() == 1 || v.size() == 2) &&
-                std::all_of(v.begin(), v.end(), [&](int64_t e) { return e >= least; }),
+                std::all_of(v.begin(), v.end(),
+                            [&](int64_t e) { return e >= least && e <= INT32_MAX; }),
             name + " must be one int or two [h, w], each " +
-                (least == 0 ? "non-negative" : "positive"));
+                (least == 0 ? "non-negative" : "positive") + " and below 2^31");
 }
 
 void infer_conv_transpose2d(InferContext& ctx) {
@@ -71,9 +74,10 @@ void infer_conv_transpose2d(InferContext& ctx) {
               "output_padding " + std::to_string(a.output_padding[i]) +
                   " must be smaller than the stride (" + std::to_string(a.stride[i]) +
                   ") or the dilation (" + std::to_string(a.dilation[i]) + ")");
-  ctx.check(w.shape[2].is_static() && w.shape[3].is_static() && w.shape[2].size() >= 1 &&
-                w.shape[3].size() >= 1,
-            "the kernel's height and width (w's dims 2 and 3) must be known and positive");
+  for (size_t d = 2; d < 4; ++d)
+    ctx.check(w.shape[d].is_static() && w.shape[d].size() >= 1 && w.shape[d].size() <= INT32_MAX,
+              "the kernel's height and width (w's dims 2 and 3) must be known, positive and "
+              "below 2^31");
 
   const std::string g = std::to_string(a.groups);
   ctx.unify(x.shape[1], w.shape[0], "x's channels and w's input channels (dim 0)");

@@ -4,6 +4,8 @@
 //   arange(; start = 0, end, step = 1, dtype = "f32")  start, start + step, ... up to end
 //                              (excluded), with PyTorch's element count and arithmetic: for
 //                              integer dtypes the bounds are first truncated to integers.
+//                              sym_end (optional) replaces end by a size over the graph's
+//                              symbols ("s1"), for arange(S) traced with S dynamic.
 //   full(; size, fill_value, dtype = "f32"), zeros(; size, dtype = "f32"), ones(...)
 //   full_like(x; fill_value, dtype = ""), zeros_like(x; dtype = ""), ones_like(x; dtype = "")
 //                              x's shape (symbolic dims included) and, unless dtype is given, its
@@ -24,6 +26,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dtype_dispatch.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "ops/dtype_attr.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -34,20 +37,6 @@ std::string number_string(double v) {
   std::ostringstream out;
   out << v;
   return out.str();
-}
-
-// A dtype attribute; `fallback` when the attribute is "" and a fallback is given.
-DType dtype_attr(InferContext& ctx, std::optional<DType> fallback = std::nullopt) {
-  const std::string& name = ctx.attr_string("dtype");
-  if (name.empty() && fallback) return *fallback;
-  std::optional<DType> dtype = parse_dtype(name);
-  if (!dtype) {
-    std::string names;
-    for (DType d : kAllDTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(d));
-    ctx.fail("attribute 'dtype' is \"" + name + "\", not a dtype; use one of " + names +
-             (fallback ? " (or \"\" for the input's)" : ""));
-  }
-  return *dtype;
 }
 
 // ---------------------------------------------------------------- arange
@@ -67,9 +56,8 @@ struct Arange {
 // end and step converted to the accumulation type first (integers truncate), then step nonzero,
 // bounds finite, the step's sign pointing from start to end; the count is exact for i64 and
 // ceil((end - start) / step) in double for every other dtype.
-Arange arange_of(InferContext& ctx, DType dtype) {
-  const double start = ctx.attr_float("start"), end = ctx.attr_float("end"),
-               step = ctx.attr_float("step");
+Arange arange_of(InferContext& ctx, DType dtype, double end) {
+  const double start = ctx.attr_float("start"), step = ctx.attr_float("step");
   const std::string range = "start " + number_string(start) + ", end " + number_string(end) +
                             ", step " + number_string(step);
   ctx.check(dtype != DType::Bool, "arange makes no bool tensors; use a numeric dtype");
@@ -101,8 +89,28 @@ Arange arange_of(InferContext& ctx, DType dtype) {
 }
 
 void infer_arange(InferContext& ctx) {
-  const DType dtype = dtype_attr(ctx);
-  ctx.set_output(0, TensorType{dtype, {Dim(arange_of(ctx, dtype).count)}});
+  const DType dtype = dtype_attr(ctx, "dtype");
+  const std::string& sym_end = ctx.attr_string("sym_end");
+  const Dim end = sym_end.empty() ? Dim(0) : ctx.sym_dim(sym_end);
+  if (end.is_static()) {
+    const double e = sym_end.empty() ? ctx.attr_float("end") : static_cast<double>(end.size());
+    ctx.set_output(0, TensorType{dtype, {Dim(arange_of(ctx, dtype, e).count)}});
+    return;
+  }
+  // arange(S) traced with S symbolic: whole start and step, counting up from below S's range.
+  const double start = ctx.attr_float("start"), step = ctx.attr_float("step");
+  const Symbol& e = ctx.symbols()[end.symbol()];
+  ctx.check(start == std::floor(start) && step == std::floor(step) && step >= 1 && start >= 0 &&
+                start <= static_cast<double>(e.min),
+            "a dynamic end " + sym_end + " takes a whole start in [0, " + std::to_string(e.min) +
+                "] and a whole step >= 1, not start " + number_string(start) + ", step " +
+                number_string(step));
+  const auto a = static_cast<int64_t>(start), st = static_cast<int64_t>(step);
+  const std::string count = a == 0 && st == 1 ? sym_end
+                                              : "((" + sym_end + ") - " + std::to_string(a) +
+                                                    " + " + std::to_string(st - 1) + ")//" +
+                                                    std::to_string(st);
+  ctx.set_output(0, TensorType{dtype, {ctx.sym_dim(count)}});
 }
 
 std::unique_ptr<KernelInstance> arange_kernel(const KernelSpec& spec) {
@@ -150,12 +158,12 @@ void infer_fill(const FillOp& op, InferContext& ctx) {
   TensorType out;
   if (op.like) {
     out = ctx.input(0);
-    out.dtype = dtype_attr(ctx, out.dtype);
+    out.dtype = dtype_attr(ctx, "dtype", out.dtype);
   } else {
     const std::vector<int64_t>& size = ctx.attr_ints("size");
     ctx.check(std::all_of(size.begin(), size.end(), [](int64_t s) { return s >= 0; }),
               "size " + shape_string(size) + " has a negative dim");
-    out = TensorType{dtype_attr(ctx), make_shape(size)};
+    out = TensorType{dtype_attr(ctx, "dtype"), make_shape(size)};
   }
   const std::string why =
       cpu::scalar_unrepresentable_reason(out.dtype, fill_value(op, ctx.attrs()));
@@ -190,7 +198,8 @@ KernelDef reference(std::function<std::unique_ptr<KernelInstance>(const KernelSp
 void register_creation_ops(OpRegistry& registry) {
   OpDef arange;
   arange.name = "arange";
-  arange.attrs = {{"start", 0.0}, {"end", 0.0, true}, {"step", 1.0}, {"dtype", std::string("f32")}};
+  arange.attrs = {{"start", 0.0}, {"end", 0.0, true}, {"step", 1.0}, {"dtype", std::string("f32")},
+                  {"sym_end", std::string()}};
   arange.infer = infer_arange;
   arange.kernels = {reference(arange_kernel)};
   registry.add(std::move(arange));

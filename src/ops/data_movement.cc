@@ -3,6 +3,9 @@
 //   reshape(x; shape)  shape may hold one -1, the size that keeps the element count. With a
 //                      symbolic input dim the -1 becomes a derived symbol (B*3 for [B, 3, 4] ->
 //                      [-1, 4]); a target that can't hold the symbolic dims is an E40002.
+//                      sym_shape (optional) gives dims as expressions over the graph's symbols
+//                      (["s0", "s1", ""]: "" takes the shape entry), for sizes PyTorch traced
+//                      symbolically; then every size is given and none is -1.
 //   permute(x; dims)   output dim i is input dim dims[i] (negative dims count from the end).
 #include <algorithm>
 #include <cstring>
@@ -40,9 +43,33 @@ std::pair<Dim, int64_t> symbol_factor(Dim dim, const SymbolTable& symbols) {
   return {Dim::symbolic(base), std::stoll(digits)};
 }
 
+// reshape with sym_shape: each dim is its expression, or its `shape` entry where the
+// expression is empty. The element counts are compared once every dim is known (each run).
+void infer_symbolic_reshape(InferContext& ctx, const std::vector<int64_t>& target,
+                            const std::vector<std::string>& sym) {
+  const TensorType& x = ctx.input(0);
+  ctx.check(sym.size() == target.size(),
+            "sym_shape has " + std::to_string(sym.size()) + " entries for the " +
+                std::to_string(target.size()) + " of shape " + list_string(target));
+  Shape out;
+  for (size_t i = 0; i < sym.size(); ++i) {
+    ctx.check(!sym[i].empty() || target[i] >= 0,
+              "shape " + list_string(target) + " has " + std::to_string(target[i]) +
+                  " at dim " + std::to_string(i) + "; with sym_shape every size is given");
+    out.push_back(sym[i].empty() ? Dim(target[i]) : ctx.sym_dim(sym[i]));
+  }
+  if (is_static(x.shape) && is_static(out))
+    ctx.check(num_elements(static_sizes(x.shape)) == num_elements(static_sizes(out)),
+              "the input " + shape_string(x.shape) + " and the target " + shape_string(out) +
+                  " hold different numbers of elements");
+  ctx.set_output(0, TensorType{x.dtype, out, x.layout});
+}
+
 void infer_reshape(InferContext& ctx) {
   const TensorType& x = ctx.input(0);
   const std::vector<int64_t>& target = ctx.attr_ints("shape");
+  const auto& sym = std::get<std::vector<std::string>>(ctx.attrs().at("sym_shape"));
+  if (!sym.empty()) return infer_symbolic_reshape(ctx, target, sym);
   const std::string target_text = "the target shape " + list_string(target);
   int64_t target_known = 1;
   int inferred = -1;
@@ -296,7 +323,8 @@ void register_data_movement_ops(OpRegistry& registry) {
   OpDef reshape;
   reshape.name = "reshape";
   reshape.inputs = {{"x"}};
-  reshape.attrs = {{"shape", std::vector<int64_t>{}, true}};
+  reshape.attrs = {{"shape", std::vector<int64_t>{}, true},
+                   {"sym_shape", std::vector<std::string>{}}};
   reshape.infer = infer_reshape;
   reshape.kernels = {always("reference", reshape_copy)};
   registry.add(std::move(reshape));

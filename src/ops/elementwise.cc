@@ -1072,6 +1072,10 @@ void register_op(OpRegistry& registry, const OpEntry& first) {
         return std::make_unique<ElementwiseKernel>(spec, e, sig,
                                                    e.reference(spec.node, sig.compute.back()));
       }});
+  // An output element reads only the input elements at its own position: any input may be
+  // overwritten in place.
+  for (KernelDef& k : def.kernels)
+    for (size_t i = 0; i < def.inputs.size(); ++i) k.in_place_inputs.push_back(i);
   registry.add(std::move(def));
 }
 

@@ -6,6 +6,8 @@
 //       [0, n]; step >= 1 (PyTorch has no negative step either). Along a symbolic dim the
 //       output is a derived symbol named like the slice ("S[1:]", "S[:-1]", "S[::2]") whose
 //       range holds every size the slice can have; a static size when that is one number.
+//       sym_end (optional) gives the end as a size over the graph's symbols ("s1"), which
+//       must stay within the dim; `end` is then unused.
 //   select(x; dim, index)           the dim removed, at position index (negative wraps).
 //   narrow(x; dim, start, length)   positions [start, start + length) (negative start wraps).
 //   index_select(x, index; dim)     index 0-d or 1-d; output dim `dim` has index's size.
@@ -285,7 +287,28 @@ void infer_slice(InferContext& ctx) {
   ctx.check(step >= 1, "step is " + std::to_string(step) +
                            "; it must be at least 1 (as in PyTorch; flip for a reversed slice)");
   Shape out = x.shape;
-  out[dim] = sliced_dim(ctx, x.shape[dim], ctx.attr_int("start"), ctx.attr_int("end"), step);
+  const int64_t start = ctx.attr_int("start");
+  const std::string& sym_end = ctx.attr_string("sym_end");
+  const Dim end = sym_end.empty() ? Dim(ctx.attr_int("end")) : ctx.sym_dim(sym_end);
+  if (end.is_static()) {
+    out[dim] = sliced_dim(ctx, x.shape[dim], start, end.size(), step);
+  } else {
+    // A dynamic end (x[:, :S] traced symbolically): exact while it stays within the dim, which
+    // the symbol's range must guarantee; each run re-infers with the end static.
+    const Symbol& e = ctx.symbols()[end.symbol()];
+    const bool within = x.shape[dim].is_static() ? e.max <= x.shape[dim].size()
+                                                 : x.shape[dim] == end;
+    ctx.check(start >= 0 && start <= e.min && within,
+              "the dynamic end " + sym_end + " in [" + std::to_string(e.min) + ", " +
+                  std::to_string(e.max) + "] may leave " +
+                  shape_string(Shape{x.shape[dim]}, &ctx.symbols()) + " or fall before start " +
+                  std::to_string(start) + "; bound it (dynamic_shape.dims_range)");
+    const std::string count = start == 0 && step == 1
+                                  ? sym_end
+                                  : "((" + sym_end + ") - " + std::to_string(start) + " + " +
+                                        std::to_string(step - 1) + ")//" + std::to_string(step);
+    out[dim] = ctx.sym_dim(count);
+  }
   ctx.set_output(0, TensorType{x.dtype, out, x.layout});
 }
 
@@ -340,8 +363,12 @@ using WindowOf = Window (*)(const Node&, int64_t);
 SlicePlan slice_plan(const KernelSpec& spec, WindowOf window_of) {
   const std::vector<int64_t> sizes = spec.input_sizes(0);
   SlicePlan p;
-  p.e = extents_around(sizes, wrapped(spec.node.attr_int("dim"), sizes.size()));
+  const size_t dim = wrapped(spec.node.attr_int("dim"), sizes.size());
+  p.e = extents_around(sizes, dim);
   p.w = window_of(spec.node, p.e.n);
+  // Where the op keeps the dim (slice, narrow) the output's size is the window's length; it is
+  // the only record of a slice's end given as a symbolic size (sym_end).
+  if (spec.outputs[0].rank() == sizes.size()) p.w.count = spec.output_sizes(0)[dim];
   p.element_bytes = dtype_size(spec.inputs[0].dtype);
   p.threads = spec.threads;
   return p;
@@ -861,7 +888,8 @@ OpDef make_op(std::string name, std::vector<ArgSpec> inputs, std::vector<AttrSpe
 void register_indexing_ops(OpRegistry& registry) {
   const int64_t zero = 0;
   registry.add(make_op("slice", {{"x"}},
-                       {{"dim", zero}, {"start", zero}, {"end", INT64_MAX}, {"step", int64_t{1}}},
+                       {{"dim", zero}, {"start", zero}, {"end", INT64_MAX}, {"step", int64_t{1}},
+                        {"sym_end", std::string()}},
                        infer_slice, slice_kernels(slice_window_of)));
   registry.add(make_op("select", {{"x"}}, {{"dim", zero, true}, {"index", zero, true}},
                        infer_select, slice_kernels(select_window_of)));

@@ -1,6 +1,8 @@
 // Layout ops, for every dtype (attribute names are ATen's):
 //
 //   expand(x; size)            size-1 dims stretch to `size` (-1 keeps a dim); new leading dims.
+//                              sym_size (optional): per dim, a size over the graph's symbols
+//                              ("s1"), or "" to take `size`.
 //   squeeze(x; dim = [])       drops the listed dims that have size 1 (all size-1 dims when the
 //                              list is empty). A symbolic dim whose range holds 1 and other
 //                              sizes is an E40002: whether it goes would depend on the run.
@@ -31,6 +33,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/index_map.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "ops/dtype_attr.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -91,7 +94,9 @@ Dim offset_dim(InferContext& ctx, Dim d, int64_t delta) {
   if (delta == 0) return d;
   const Symbol& s = ctx.symbols()[d.symbol()];
   const std::string name = s.name + (delta > 0 ? "+" : "") + std::to_string(delta);
-  const int64_t max = s.max > INT64_MAX - delta ? INT64_MAX : s.max + delta;
+  // An unbounded symbol stays unbounded; a bounded one saturates.
+  const bool saturates = s.max == INT64_MAX || (delta > 0 && s.max > INT64_MAX - delta);
+  const int64_t max = saturates ? INT64_MAX : s.max + delta;
   return derived_dim(ctx, name, s.min + delta, max);
 }
 
@@ -115,17 +120,6 @@ bool is_always_one(InferContext& ctx, Dim d, size_t index) {
   return false;
 }
 
-DType dtype_attr(InferContext& ctx, const std::string& key) {
-  const std::string& name = ctx.attr_string(key);
-  std::optional<DType> dtype = parse_dtype(name);
-  if (!dtype) {
-    std::string names;
-    for (DType d : kAllDTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(d));
-    ctx.fail("attribute '" + key + "' is \"" + name + "\", not a dtype; use one of " + names);
-  }
-  return *dtype;
-}
-
 // ---------------------------------------------------------------- inference
 
 void infer_expand(InferContext& ctx) {
@@ -135,10 +129,29 @@ void infer_expand(InferContext& ctx) {
   ctx.check(size.size() >= x.rank(), size_text + " has fewer dims than the input; expand only "
                                                  "adds leading dims");
   const size_t lead = size.size() - x.rank();
+  // sym_size: sizes PyTorch traced symbolically, as expressions over the graph's symbols.
+  const auto& sym = std::get<std::vector<std::string>>(ctx.attrs().at("sym_size"));
+  ctx.check(sym.empty() || sym.size() == size.size(),
+            "sym_size has " + std::to_string(sym.size()) + " entries for the " +
+                std::to_string(size.size()) + " of " + size_text);
   Shape out;
   for (size_t i = 0; i < size.size(); ++i) {
-    const int64_t target = size[i];
+    int64_t target = size[i];
     const std::string where = size_text + " at dim " + std::to_string(i);
+    if (!sym.empty() && !sym[i].empty()) {
+      const Dim dynamic = ctx.sym_dim(sym[i]);
+      if (!dynamic.is_static()) {
+        // Each run re-checks with static sizes; here only a static input dim can be refuted.
+        const bool fits = i < lead || !x.shape[i - lead].is_static() ||
+                          x.shape[i - lead].size() == 1;
+        ctx.check(fits, where + ": the input's dim of size " +
+                            std::to_string(fits ? 0 : x.shape[i - lead].size()) +
+                            " can't expand to the dynamic size " + sym[i]);
+        out.push_back(dynamic);
+        continue;
+      }
+      target = dynamic.size();
+    }
     if (i < lead) {
       ctx.check(target >= 0, where + " is a new leading dim and needs a size >= 0");
       out.push_back(Dim(target));
@@ -619,7 +632,8 @@ OpDef op(std::string name, std::vector<AttrSpec> attrs, std::function<void(Infer
 
 void register_layout_ops(OpRegistry& registry) {
   using Ints = std::vector<int64_t>;
-  registry.add(op("expand", {{"size", Ints{}, true}}, infer_expand, index_map_kernels(expand_map)));
+  registry.add(op("expand", {{"size", Ints{}, true}, {"sym_size", std::vector<std::string>{}}},
+                  infer_expand, index_map_kernels(expand_map)));
   registry.add(op("repeat", {{"repeats", Ints{}, true}}, infer_repeat,
                   index_map_kernels(repeat_map)));
   registry.add(op("flip", {{"dims", Ints{}, true}}, infer_flip, index_map_kernels(flip_map)));

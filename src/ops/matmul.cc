@@ -1,5 +1,8 @@
 // matmul: torch.matmul on f32 and f64, batch dims broadcast, rank-1 operands included, and an
-// optional transpose_b for B stored as [..., N, K] (a linear layer's weights).
+// optional transpose_b for B stored as [..., N, K] (a linear layer's weights), and an optional
+// epilogue fused into it (kernels/cpu/gemm_epilogue.h): C = fused_activation(A·B + bias) +
+// residual, with attributes bias and residual saying which of the variadic epilogue inputs are
+// present.
 //
 // Kernels, best first: OpenBLAS and oneDNN (f32), each taking the shape classes where it was
 // measured faster (kernels/cpu/gemm.cc), then the reference loops (f32, f64).
@@ -7,6 +10,7 @@
 #include <climits>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/op_registry.h"
 
@@ -15,6 +19,34 @@ namespace kiln {
 namespace {
 
 using cpu::MatmulGeometry;
+
+// Bias [N], residual of the output's shape, both of the operands' dtype.
+void infer_epilogue(InferContext& ctx, const Shape& out) {
+  const std::string& activation = ctx.attr_string("fused_activation");
+  ctx.check(cpu::parse_activation(activation).has_value(),
+            "fused_activation must be one of " + cpu::activation_names() + ", got \"" +
+                activation + "\"");
+  const bool bias = ctx.attr_bool("bias"), residual = ctx.attr_bool("residual");
+  const size_t expected = 2 + (bias ? 1 : 0) + (residual ? 1 : 0);
+  ctx.check(ctx.num_inputs() == expected,
+            "expects " + std::to_string(expected) + " inputs (A, B" + (bias ? ", bias" : "") +
+                (residual ? ", residual" : "") + ") by its attributes bias and residual, got " +
+                std::to_string(ctx.num_inputs()));
+  const DType dtype = ctx.input(0).dtype;
+  if (bias) {
+    const TensorType& t = ctx.input(2);
+    ctx.check(t.dtype == dtype && t.rank() == 1 && !out.empty(),
+              "the bias must be a rank-1 tensor of A's dtype with one value per output column");
+    ctx.unify(t.shape[0], out.back(), "bias size and output columns (N)");
+  }
+  if (residual) {
+    const TensorType& t = ctx.input(bias ? 3 : 2);
+    ctx.check(t.dtype == dtype && t.rank() == out.size(),
+              "the residual must have A's dtype and the output's rank");
+    for (size_t d = 0; d < out.size(); ++d)
+      ctx.unify(t.shape[d], out[d], "residual and output dim " + std::to_string(d));
+  }
+}
 
 void infer_matmul(InferContext& ctx) {
   const TensorType& a = ctx.input(0);
@@ -38,6 +70,7 @@ void infer_matmul(InferContext& ctx) {
   Shape out = ctx.broadcast(a_batch, b_batch);
   if (ar >= 2) out.push_back(a.shape[ar - 2]);
   if (br >= 2) out.push_back(transpose_b ? b.shape[br - 2] : b.shape[br - 1]);
+  infer_epilogue(ctx, out);
   ctx.set_output(0, TensorType{a.dtype, out, Layout::Plain});
 }
 
@@ -47,7 +80,8 @@ MatmulGeometry geometry_of(const KernelSpec& spec) {
 }
 
 template <typename T>
-void reference_matmul(const MatmulGeometry& g, const T* a, const T* b, T* c, int threads) {
+void reference_matmul(const MatmulGeometry& g, const cpu::GemmEpilogue& e, const T* a,
+                      const T* b, const T* bias, const T* residual, T* c, int threads) {
   cpu::parallel_chunks(g.batch_count() * g.m, g.n * g.k, threads, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t batch = row / g.m;
@@ -60,7 +94,9 @@ void reference_matmul(const MatmulGeometry& g, const T* a, const T* b, T* c, int
         for (int64_t p = 0; p < g.k; ++p)
           sum += static_cast<double>(a_row[p]) *
                  static_cast<double>(g.transpose_b ? b_mat[j * g.k + p] : b_mat[p * g.n + j]);
-        c[row * g.n + j] = static_cast<T>(sum);
+        const int64_t at = row * g.n + j;
+        c[at] = cpu::reference_epilogue(e, static_cast<T>(sum), e.bias ? bias + j : nullptr,
+                                        e.residual ? residual + at : nullptr);
       }
     }
   });
@@ -68,9 +104,14 @@ void reference_matmul(const MatmulGeometry& g, const T* a, const T* b, T* c, int
 
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
   auto make = [&]<typename T>(T*) {
-    return make_kernel([g = geometry_of(spec), threads = spec.threads](
-                           std::span<const void* const> in, std::span<void* const> out) {
-      reference_matmul(g, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+    return make_kernel([g = geometry_of(spec), e = cpu::epilogue_of(spec.node),
+                        threads = spec.threads](std::span<const void* const> in,
+                                                std::span<void* const> out) {
+      auto operand = [&](bool present, size_t i) {
+        return present ? static_cast<const T*>(in[i]) : nullptr;
+      };
+      reference_matmul(g, e, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+                       operand(e.bias, e.bias_input()), operand(e.residual, e.residual_input()),
                        static_cast<T*>(out[0]), threads);
     });
   };
@@ -112,11 +153,14 @@ std::string openblas_unsupported(const KernelSpec& spec) {
 void register_matmul_ops(OpRegistry& registry) {
   OpDef def;
   def.name = "matmul";
-  def.inputs = {{"A"}, {"B"}};
-  def.attrs = {{"transpose_b", false}};
+  def.inputs = {{"A"}, {"B"}, {"epilogue", /*variadic=*/true}};
+  def.attrs = {{"transpose_b", false},
+               {"bias", false},
+               {"fused_activation", std::string("none")},
+               {"residual", false}};
   def.infer = infer_matmul;
   def.kernels = {
-      {"openblas", "native", openblas_unsupported, library_kernel(cpu::create_openblas_matmul)},
+      {"openblas", "openblas", openblas_unsupported, library_kernel(cpu::create_openblas_matmul)},
       {"onednn", "onednn", onednn_unsupported, library_kernel(cpu::create_onednn_matmul)},
       {"reference", "native", nullptr, create_reference},
   };

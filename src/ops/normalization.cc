@@ -238,6 +238,7 @@ void register_normalization_ops(OpRegistry& registry) {
 #endif
   softmax.kernels.push_back(reference_kernel(
       [](auto t, const KernelSpec& spec) { return softmax_reference<decltype(t)>(spec); }));
+  for (KernelDef& k : softmax.kernels) k.in_place_inputs = {0};  // row read before written
   registry.add(std::move(softmax));
 
   OpDef layer_norm;
@@ -250,6 +251,7 @@ void register_normalization_ops(OpRegistry& registry) {
 #endif
   layer_norm.kernels.push_back(reference_kernel(
       [](auto t, const KernelSpec& spec) { return layer_norm_reference<decltype(t)>(spec); }));
+  for (KernelDef& k : layer_norm.kernels) k.in_place_inputs = {0};  // stats, then y[i] from x[i]
   registry.add(std::move(layer_norm));
 }
 

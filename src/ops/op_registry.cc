@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "ir/sym_expr.h"
+
 namespace kiln {
 
 #define KILN_OP_FAMILY(family) void register_##family##_ops(OpRegistry&);
@@ -88,6 +90,15 @@ void InferContext::fail(const std::string& reason) const {
     msg << (i ? ", " : "") << type_string(inputs_[i], &symbols_);
   msg << "): " << reason << ". Check the shapes and attributes given to this node.";
   throw Error(ErrorCode::ShapeInference, msg.str());
+}
+
+Dim InferContext::sym_dim(const std::string& text) {
+  try {
+    return resolve_sym_dim(text, symbols_, [this](const std::string& why) { fail(why); });
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::ParseError) throw;
+    fail(e.detail());
+  }
 }
 
 Dim InferContext::derive(Dim in, const std::function<int64_t(int64_t)>& f,
@@ -226,6 +237,12 @@ std::vector<TensorType> infer_node_types(const OpDef& def, const std::string& no
       KILN_ASSERT(d.is_static() || static_cast<size_t>(d.symbol()) < symbols.size(),
                   "input " << i << " of " << node_name << " uses an unknown symbol");
   InferContext ctx(def.name, node_name, input_types, attrs, symbols, def.num_outputs);
+  if (!def.layout_aware)
+    for (size_t i = 0; i < input_types.size(); ++i)
+      ctx.check(input_types[i].layout == Layout::Plain,
+                "input " + std::to_string(i) + " is in layout " +
+                    layout_name(input_types[i].layout) + ", but " + def.name +
+                    " takes only plain tensors; reorder it to plain first");
   def.infer(ctx);
   std::vector<TensorType> out = ctx.take_outputs();
   return out;

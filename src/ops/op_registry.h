@@ -53,6 +53,10 @@ class InferContext {
   // f(size); a symbolic one gives a derived symbol named `expr` (with "{}" replaced by the
   // symbol's name) whose range is [f(min), f(max)].
   Dim derive(Dim in, const std::function<int64_t(int64_t)>& f, const std::string& expr);
+  // A size written as an expression over the graph's symbols (src/ir/sym_expr.h), as the
+  // sym_* attributes of reshape, expand and slice hold it: static when the run binds its
+  // symbols, else the symbol or a derived one. Fails (E40002) on a malformed expression.
+  Dim sym_dim(const std::string& text);
   // Two dims that must be equal: a static one wins over a symbolic one; fails when both are
   // static and differ. Run-time inference on concrete shapes re-checks symbolic ones.
   Dim unify(Dim a, Dim b, const std::string& what);
@@ -114,10 +118,16 @@ std::unique_ptr<KernelInstance> make_kernel(Fn fn) {
 
 struct KernelDef {
   std::string name;    // e.g. "onednn", "openblas", "avx2", "reference"
-  std::string engine;  // "onednn" or "native"
+  std::string engine;  // "onednn", "openblas" or "native" (Kiln's own code): dumps show it
   // Empty when the kernel can run this spec, else why not (shown in dumps and errors).
   std::function<std::string(const KernelSpec&)> unsupported_reason;
   std::function<std::unique_ptr<KernelInstance>(const KernelSpec&)> create;
+  // In-place execution: the inputs whose memory output 0 may reuse. Declare an input only when
+  // the kernel never reads one of its elements after writing the output element at the same
+  // position (elementwise ops; row ops that read a row's statistics before writing the row).
+  // The planner uses it only when that input dies at this node, lives in the arena and has
+  // output 0's dtype and byte size. Empty (the default): never in place.
+  std::vector<size_t> in_place_inputs = {};
 };
 
 // ---------------------------------------------------------------- ops
@@ -140,6 +150,9 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   std::function<void(InferContext&)> infer;
   std::vector<KernelDef> kernels;  // best first; the last is the reference kernel
+  // Whether infer and every kernel handle inputs in layouts other than Plain (include/kiln/
+  // shape.h); other ops get a Plain-only check before infer, so they never misread a tensor.
+  bool layout_aware = false;
 };
 
 class OpRegistry {

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -92,13 +93,15 @@ void check_pool_input(InferContext& ctx) {
               "x's dims other than the batch must not be empty");
 }
 
-// An int-list attribute of `min_size` to 2 values, each at least `least`.
+// An int-list attribute of `min_size` to 2 values, each at least `least` and below 2^31 (which
+// keeps every window computation far from overflow).
 void check_pair(InferContext& ctx, const std::string& name, size_t min_size, int64_t least) {
   const auto& v = ctx.attr_ints(name);
   ctx.check(v.size() >= min_size && v.size() <= 2 &&
-                std::all_of(v.begin(), v.end(), [&](int64_t e) { return e >= least; }),
+                std::all_of(v.begin(), v.end(),
+                            [&](int64_t e) { return e >= least && e <= INT32_MAX; }),
             name + " must be " + (min_size == 0 ? "empty, " : "") + "one int or two [h, w], each " +
-                (least == 0 ? "non-negative" : "positive"));
+                (least == 0 ? "non-negative" : "positive") + " and below 2^31");
 }
 
 void infer_window_pool(InferContext& ctx, bool has_dilation) {

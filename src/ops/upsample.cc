@@ -37,12 +37,20 @@ M source_scale(int64_t in, int64_t out, bool align_corners, double scale_factor)
                           : static_cast<M>(in) / static_cast<M>(out);
 }
 
+// min(floor(position), last) for a position >= 0, through floorf as PyTorch (which rounds a
+// double position to float first). A position past `last`, infinite or NaN (a tiny
+// scale_factor next to an output_size makes one) gives `last`, never an index out of range.
+inline int64_t clamped_floor(float position, int64_t last) {
+  if (!(position < static_cast<float>(last))) return last;
+  return static_cast<int64_t>(std::floor(position));
+}
+
 // nearest_idx: the source index of destination index o, in float whatever the dtype.
 int64_t nearest_source(int64_t o, int64_t in, int64_t out, double scale_factor) {
   if (out == in) return o;
   if (out == 2 * in) return o >> 1;
   const float scale = source_scale<float>(in, out, false, scale_factor);
-  return std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1);
+  return clamped_floor(static_cast<float>(o) * scale, in - 1);
 }
 
 // The two source indices of destination index o and their weights.
@@ -54,15 +62,13 @@ struct LinearTap {
 
 // compute_source_index_and_lambda, in the dtype's own precision (f32 or f64). PyTorch's x86
 // kernels are compiled for AVX2, which contracts scale * (o + 0.5) - 0.5 into one FMA: so here.
-// Positions are floored through floorf, which rounds a double position to float first.
 template <typename M>
 LinearTap<M> linear_source(int64_t o, int64_t in, int64_t out, bool align_corners, M scale) {
   if (in == out) return {o, o, M(1), M(0)};
   M position = align_corners ? scale * static_cast<M>(o)
                              : std::fma(scale, static_cast<M>(o) + M(0.5), M(-0.5));
   if (!align_corners && position < M(0)) position = M(0);
-  const int64_t i0 =
-      std::min(static_cast<int64_t>(std::floor(static_cast<float>(position))), in - 1);
+  const int64_t i0 = clamped_floor(static_cast<float>(position), in - 1);
   const M w1 = std::min(std::max(position - static_cast<M>(i0), M(0)), M(1));
   return {i0, i0 + (i0 < in - 1 ? 1 : 0), M(1) - w1, w1};
 }
@@ -96,9 +102,14 @@ std::string scale_name(double scale) {
 
 // floor(in * scale), named "{}*2" for whole factors and "floor({}*1.5)" otherwise.
 Dim scaled_dim(InferContext& ctx, Dim in, double scale, const std::string& what) {
+  // Saturating at 2^62, which no tensor reaches: a symbol's range may be unbounded above.
   auto size = [scale](int64_t s) {
-    return static_cast<int64_t>(std::floor(static_cast<double>(s) * scale));
+    const double scaled = std::floor(static_cast<double>(s) * scale);
+    return scaled >= 0x1p62 ? int64_t{1} << 62 : static_cast<int64_t>(scaled);
   };
+  if (in.is_static() && static_cast<double>(in.size()) * scale >= 0x1p62)
+    ctx.fail("scale factor " + scale_name(scale) + " makes the output's " + what +
+             "s overflow; use a smaller one");
   if (in.is_static() && size(in.size()) < 1)
     ctx.fail("scale factor " + scale_name(scale) + " gives " + std::to_string(size(in.size())) +
              " output " + what + "s from " + std::to_string(in.size()) +

@@ -8,13 +8,20 @@ namespace {
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
+// "+2", "-3", or "" for 0.
 std::string signed_term(int64_t v) {
   if (v == 0) return "";
-  return (v > 0 ? "+" : "") + std::to_string(v);
+  std::string term = v > 0 ? "+" : "";
+  term += std::to_string(v);
+  return term;
 }
 
+// Sizes are clamped to 2^62, which no tensor reaches, before the window arithmetic: a symbol's
+// range may be unbounded above, and attributes are below 2^31, so nothing overflows.
+constexpr int64_t kLargestSize = int64_t{1} << 62;
+
 int64_t largest_size(InferContext& ctx, Dim in) {
-  return in.is_static() ? in.size() : ctx.symbols()[in.symbol()].max;
+  return std::min(in.is_static() ? in.size() : ctx.symbols()[in.symbol()].max, kLargestSize);
 }
 
 }  // namespace
@@ -52,7 +59,11 @@ Dim window_output_dim(InferContext& ctx, Dim in, const WindowAxis& a, const std:
                          : "({}" + signed_term(offset) + ")/" + std::to_string(a.stride) + "+1";
   }
   return ctx.derive(
-      in, [a](int64_t size) { return std::max<int64_t>(window_count(size, a), 0); }, expr);
+      in,
+      [a](int64_t size) {
+        return std::max<int64_t>(window_count(std::min(size, kLargestSize), a), 0);
+      },
+      expr);
 }
 
 int64_t transposed_window_size(int64_t in, const WindowAxis& a, int64_t output_padding) {
@@ -62,7 +73,9 @@ int64_t transposed_window_size(int64_t in, const WindowAxis& a, int64_t output_p
 Dim transposed_output_dim(InferContext& ctx, Dim in, const WindowAxis& a, int64_t output_padding,
                           const std::string& what) {
   const int64_t largest = largest_size(ctx, in);
-  const int64_t size = transposed_window_size(largest, a, output_padding);
+  const int64_t size = largest >= kLargestSize / a.stride
+                           ? kLargestSize
+                           : transposed_window_size(largest, a, output_padding);
   if (size < 1)
     ctx.fail("the output would have " + std::to_string(size) + " " + what + "s from " +
              (in.is_static() ? "" : "at most ") + std::to_string(largest) + " input " + what +
@@ -70,13 +83,15 @@ Dim transposed_output_dim(InferContext& ctx, Dim in, const WindowAxis& a, int64_
              ", kernel " + std::to_string(a.kernel) + ", dilation " + std::to_string(a.dilation) +
              ", output_padding " + std::to_string(output_padding) + "); use less padding");
   // (in - 1) * stride + c written as in * stride + (c - stride).
-  const int64_t shift = size - largest * a.stride;
+  const int64_t shift = a.extent() + output_padding - a.pad_begin - a.pad_end - a.stride;
   if (a.stride == 1 && shift == 0) return in;
   const std::string expr =
       (a.stride == 1 ? "{}" : "{}*" + std::to_string(a.stride)) + signed_term(shift);
   return ctx.derive(
       in,
       [a, output_padding](int64_t s) {
+        // (2^62 - 1) * stride would overflow: the saturated size stands for "unbounded".
+        if (s >= kLargestSize / a.stride) return kLargestSize;
         return std::max<int64_t>(transposed_window_size(s, a, output_padding), 0);
       },
       expr);

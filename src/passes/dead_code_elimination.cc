@@ -1,5 +1,7 @@
-// Dead code elimination: a node none of whose outputs reach a graph output is removed.
+// Dead code elimination: a node none of whose outputs reach a graph output is removed, and so
+// is a constant nothing uses any more (folded weights, simplified-away operands).
 //   %a = op(...)  with %a unused and not an output   →   (nothing)
+//   const %c      with %c unused and not an output   →   (nothing)
 #include <unordered_set>
 
 #include "passes/pass.h"
@@ -15,18 +17,24 @@ class DeadCodeElimination final : public Pass {
 
   bool run(Graph& graph) override {
     std::unordered_set<const Value*> graph_outputs(graph.outputs().begin(), graph.outputs().end());
+    auto dead = [&](const Value* v) { return v->users().empty() && !graph_outputs.count(v); };
     bool changed = false;
     std::vector<Node*> nodes = graph.nodes();
     // Reverse topological order: removing a node may make its producers dead in the same sweep.
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       bool live = false;
-      for (Value* out : (*it)->outputs())
-        live |= !out->users().empty() || graph_outputs.count(out);
+      for (Value* out : (*it)->outputs()) live |= !dead(out);
       if (!live) {
         graph.remove_node(*it);
         changed = true;
       }
     }
+    std::vector<Value*> constants = graph.constants();
+    for (Value* c : constants)
+      if (dead(c)) {
+        graph.remove_constant(c);
+        changed = true;
+      }
     return changed;
   }
 };

@@ -7,6 +7,28 @@
 
 namespace kiln {
 
+// Stage prepare.
+std::unique_ptr<Pass> make_constant_folding();
+std::unique_ptr<Pass> make_algebraic_simplification();
+std::unique_ptr<Pass> make_copy_elimination();
+std::unique_ptr<Pass> make_common_subexpression_elimination();
 std::unique_ptr<Pass> make_dead_code_elimination();
+
+// Stage fuse: matmul, elementwise and normalization patterns.
+std::unique_ptr<Pass> make_fuse_decomposed_gelu();
+std::unique_ptr<Pass> make_fuse_decomposed_layer_norm();
+std::unique_ptr<Pass> make_fuse_decomposed_softmax();
+std::unique_ptr<Pass> make_fuse_decomposed_attention();
+std::unique_ptr<Pass> make_fold_linear_batch_norm();
+std::unique_ptr<Pass> make_fuse_matmul_epilogue();
+std::unique_ptr<Pass> make_fuse_elementwise_chains();
+// Stage fuse: convolution patterns.
+std::unique_ptr<Pass> make_fold_pad_into_conv();
+std::unique_ptr<Pass> make_fold_conv_batch_norm();
+std::unique_ptr<Pass> make_fuse_conv_epilogue();
+
+// Stage format: convolution chains in the layout oneDNN prefers on this CPU, or in `preferred`.
+std::unique_ptr<Pass> make_choose_layouts();
+std::unique_ptr<Pass> make_choose_layouts(Layout preferred);
 
 }  // namespace kiln

@@ -1,15 +1,43 @@
-// Kiln's compile stages, after GE's: prepare (fold, simplify, clean up) first. Later stages —
-// fuse, format, partition, select — slot in here as their passes land.
+// Kiln's compile stages in GE's order, each from an optimization level up (docs/passes.md):
+// prepare (fold, simplify, clean up) at O1, fuse at O2, then format, partition, select and
+// schedule at O3. A new pass is one add() line in its stage.
 #include "passes/pass_list.h"
 
 namespace kiln {
 
 PassPipeline default_pipeline() {
-  PassPipeline pipeline;
-  std::vector<std::unique_ptr<Pass>> prepare;
-  prepare.push_back(make_dead_code_elimination());
-  pipeline.add_stage("prepare", std::move(prepare), /*fixed_point=*/true);
-  return pipeline;
+  PassPipeline p;
+  p.add_stage("prepare", 1);
+  p.begin_fixed_point("simplify");
+  p.add(make_constant_folding());
+  p.add(make_algebraic_simplification());
+  p.add(make_copy_elimination());
+  p.add(make_common_subexpression_elimination());
+  p.add(make_dead_code_elimination());
+  p.end_fixed_point();
+
+  p.add_stage("fuse", 2);
+  p.add(make_fuse_decomposed_gelu());
+  p.add(make_fuse_decomposed_layer_norm());
+  p.add(make_fuse_decomposed_softmax());
+  p.add(make_fuse_decomposed_attention());
+  p.add(make_fold_linear_batch_norm());
+  p.add(make_fuse_matmul_epilogue());
+  p.add(make_fold_pad_into_conv());
+  p.add(make_fold_conv_batch_norm());
+  p.add(make_fuse_conv_epilogue());
+  // Last: ops the fusions above can absorb into their producers go there first.
+  p.add(make_fuse_elementwise_chains());
+
+  p.add_stage("format", 3);
+  p.add(make_choose_layouts());
+
+  p.add_stage("partition", 3);
+
+  p.add_stage("select", 3);
+
+  p.add_stage("schedule", 3);
+  return p;
 }
 
 }  // namespace kiln

@@ -5,8 +5,10 @@
 #include <mutex>
 
 #include "kiln/runtime.h"
+#include "ir/graph_dump.h"
 #include "passes/pass.h"
 #include "runtime/exec_plan.h"
+#include "runtime/kernel_selection.h"
 
 namespace kiln {
 
@@ -14,6 +16,7 @@ struct CompiledGraph::Impl {
   CompileOptions options;
   int threads = 1;
   std::unique_ptr<Graph> graph;
+  PipelineReport pipeline_report;
   std::shared_ptr<const ExecPlan> static_plan;  // when every input dim is static
 
   std::mutex cache_mutex;
@@ -23,6 +26,11 @@ struct CompiledGraph::Impl {
       const std::vector<std::vector<int64_t>>& sizes) const;
   void check_buffers(const std::vector<TensorView>& inputs) const;
   std::shared_ptr<const ExecPlan> plan_for(const std::vector<std::vector<int64_t>>& sizes);
+  // Builds a plan; with dumps on, writes the graph annotated with its kernels and engines.
+  std::shared_ptr<const ExecPlan> make_plan(const std::vector<std::vector<int64_t>>& sizes);
+
+  int dumps_written = 0;  // the next dump's stage index
+  std::mutex dump_mutex;
 };
 
 namespace {
@@ -31,11 +39,16 @@ void check_options(const CompileOptions& o) {
   if (o.threads < 0)
     throw_error(ErrorCode::InvalidArgument, "threads = ", o.threads,
                 " is negative; use 0 for every core or a positive count");
-  if (o.kernel_policy != "best" && o.kernel_policy != "reference")
+  if (!o.kernel_policy.empty() && o.kernel_policy != "best" && o.kernel_policy != "reference" &&
+      o.kernel_policy != "autotune")
     throw_error(ErrorCode::InvalidArgument, "kernel_policy = '", o.kernel_policy,
-                "' is unknown; use 'best' or 'reference'");
+                "' is unknown; use 'best', 'reference', 'autotune' or '' (by optimization_level)");
+  check_dump_type(o.dump_type);
   if (o.plan_cache_capacity == 0)
     throw_error(ErrorCode::InvalidArgument, "plan_cache_capacity must be at least 1");
+  if (o.memory_optimization_level != "default" && o.memory_optimization_level != "aggressive")
+    throw_error(ErrorCode::InvalidArgument, "memory_optimization_level = '",
+                o.memory_optimization_level, "' is unknown; use 'default' or 'aggressive'");
 }
 
 void check_buffer(const TensorView& t, const std::string& what) {
@@ -127,12 +140,36 @@ std::shared_ptr<const ExecPlan> CompiledGraph::Impl::plan_for(
         return it->second;
       }
   }
-  auto plan = std::make_shared<const ExecPlan>(*graph, sizes, options, threads);
+  auto plan = make_plan(sizes);
   std::lock_guard<std::mutex> lock(cache_mutex);
   for (const auto& [key, existing] : cache)
     if (key == sizes) return existing;  // another thread built it meanwhile
   cache.emplace_front(sizes, plan);
   if (cache.size() > options.plan_cache_capacity) cache.pop_back();
+  return plan;
+}
+
+std::shared_ptr<const ExecPlan> CompiledGraph::Impl::make_plan(
+    const std::vector<std::vector<int64_t>>& sizes) {
+  auto plan = std::make_shared<const ExecPlan>(*graph, sizes, options, threads);
+  if (options.dump_type.empty()) return plan;
+  // Partition and select run per plan (they need shapes): the dump is the graph with each
+  // node's kernel, engine and engine subgraph; a symbolic graph's plans are told apart by shape.
+  auto annotated = graph->clone();
+  std::vector<std::pair<std::string, std::string>> node_kernels;
+  for (const PlanStep& step : plan->steps())
+    node_kernels.emplace_back(step.node->name(), step.kernel_name);
+  annotate_selection(*annotated, node_kernels);
+  std::string stage = "plan";
+  bool all_static = true;
+  for (const Value* in : graph->inputs()) all_static &= is_static(in->type().shape);
+  if (!all_static)
+    for (const auto& s : sizes) {
+      stage += '_';  // plan_2x8_2x8: one group per input
+      for (size_t d = 0; d < s.size(); ++d) stage.append(d ? "x" : "").append(std::to_string(s[d]));
+    }
+  std::lock_guard<std::mutex> lock(dump_mutex);
+  write_graph_dump(*annotated, options.dump_path, dumps_written, stage, options.dump_type);
   return plan;
 }
 
@@ -145,21 +182,38 @@ std::shared_ptr<const CompiledGraph> CompiledGraph::compile(const Graph& graph,
   verify(graph);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (options.kernel_policy.empty())
+    impl->options.kernel_policy = options.optimization_level == 0 ? "reference" : "best";
   impl->threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   impl->graph = graph.clone();
-  default_pipeline().run(*impl->graph, PipelineOptions{options.verify, options.disabled_passes});
+  Impl* state = impl.get();
+  auto dump = [state](const std::string& stage, const Graph& g) {
+    const CompileOptions& o = state->options;
+    write_graph_dump(g, o.dump_path, state->dumps_written++, stage, o.dump_type);
+  };
+  if (!options.dump_type.empty()) dump("input", *impl->graph);
+  PipelineOptions pipeline_options{options.verify, options.disabled_passes,
+                                   options.optimization_level};
+  if (!options.dump_type.empty()) pipeline_options.after_stage = dump;
+  impl->pipeline_report = default_pipeline().run(*impl->graph, pipeline_options);
   bool all_static = true;
   for (const Value* in : impl->graph->inputs()) all_static &= is_static(in->type().shape);
   if (all_static) {
     std::vector<std::vector<int64_t>> sizes;
     for (const Value* in : impl->graph->inputs()) sizes.push_back(static_sizes(in->type().shape));
-    impl->static_plan = std::make_shared<const ExecPlan>(*impl->graph, sizes, options, impl->threads);
+    impl->static_plan = impl->make_plan(sizes);
   }
   return std::shared_ptr<const CompiledGraph>(new CompiledGraph(std::move(impl)));
 }
 
 const Graph& CompiledGraph::graph() const { return *impl_->graph; }
 const CompileOptions& CompiledGraph::options() const { return impl_->options; }
+const std::vector<PassRecord>& CompiledGraph::pass_records() const {
+  return impl_->pipeline_report.records;
+}
+const std::vector<std::string>& CompiledGraph::pipeline_warnings() const {
+  return impl_->pipeline_report.warnings;
+}
 
 std::vector<std::vector<int64_t>> CompiledGraph::output_sizes(
     const std::vector<std::vector<int64_t>>& input_sizes) const {
@@ -169,6 +223,17 @@ std::vector<std::vector<int64_t>> CompiledGraph::output_sizes(
 std::string CompiledGraph::describe_plan(
     const std::vector<std::vector<int64_t>>& input_sizes) const {
   return impl_->plan_for(impl_->check_input_sizes(input_sizes))->describe();
+}
+
+MemoryStats CompiledGraph::memory_stats(
+    const std::vector<std::vector<int64_t>>& input_sizes) const {
+  return impl_->plan_for(impl_->check_input_sizes(input_sizes))->memory_stats();
+}
+
+std::string CompiledGraph::memory_plan(const std::vector<std::vector<int64_t>>& input_sizes,
+                                       const std::string& format) const {
+  return impl_->plan_for(impl_->check_input_sizes(input_sizes))
+      ->memory_plan(format, impl_->graph->name());
 }
 
 namespace {

@@ -1,33 +1,139 @@
 #include "runtime/exec_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <iomanip>
 #include <sstream>
 #include <unordered_map>
+
+#include "runtime/kernel_selection.h"
+#include "runtime/memory_schedule.h"
 
 namespace kiln {
 
 namespace {
 
-const KernelDef& select_kernel(const OpDef& def, const KernelSpec& spec,
-                               const std::string& policy) {
-  std::string reasons;
-  auto usable = [&](const KernelDef& k) {
-    std::string why = k.unsupported_reason ? k.unsupported_reason(spec) : "";
-    if (!why.empty()) reasons += "\n  kernel '" + k.name + "': " + why;
-    return why.empty();
-  };
-  if (policy == "reference") {
-    if (usable(def.kernels.back())) return def.kernels.back();
-  } else {
-    for (const KernelDef& k : def.kernels)
-      if (usable(k)) return k;
+constexpr size_t kNone = SIZE_MAX;
+
+// Bytes of a tensor of static type `t`; E60003 when no allocation could hold them.
+size_t tensor_bytes(const TensorType& t, const std::string& name) {
+  const std::vector<int64_t> sizes = static_sizes(t.shape);
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
+  size_t bytes = dtype_size(t.dtype);
+  long double exact = static_cast<long double>(bytes);
+  bool overflow = false;
+  for (int64_t d : sizes) {
+    overflow |= __builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes);
+    exact *= static_cast<long double>(d);
   }
-  std::string types;
-  for (const TensorType& t : spec.inputs) types += (types.empty() ? "" : ", ") + type_string(t);
-  throw_error(ErrorCode::UnsupportedOperator, "no kernel of op '", def.name, "' can run node '",
-              spec.node.name(), "' with inputs (", types, "):", reasons,
-              "\nChange the input dtypes or shapes to ones the op supports (docs/ops.md).");
+  if (overflow || bytes > static_cast<size_t>(PTRDIFF_MAX)) {
+    std::ostringstream size;
+    size << std::fixed << std::setprecision(0) << exact;
+    throw_error(ErrorCode::OutOfMemory, "tensor '", name, "' (", type_string(t), ") needs ",
+                size.str(), " bytes, more than any allocation can hold (", PTRDIFF_MAX,
+                "); reduce the batch or sequence size");
+  }
+  return bytes;
+}
+
+Tensor allocate_arena(size_t bytes) {
+  try {
+    return Tensor::empty(DType::U8, {static_cast<int64_t>(bytes)});
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::OutOfMemory) throw;
+    throw_error(ErrorCode::OutOfMemory, "could not allocate the plan's arena of ", bytes,
+                " bytes; reduce the batch or sequence size, or free memory");
+  }
+}
+
+// What lay_out reads of a plan: its steps (in graph order) and, per slot, the bytes (arena
+// slots only), dtype and name of its value.
+struct LayoutInput {
+  const std::vector<PlanStep>& steps;
+  const std::vector<Slot>& slots;
+  const std::vector<size_t>& slot_bytes;
+  const std::vector<DType>& slot_dtypes;
+  const std::vector<std::string>& slot_names;
+  size_t reuse_threshold;
+};
+
+// One candidate memory layout: an execution order, the arena buffers it implies (an output
+// written in place shares its input's buffer) and their placement.
+struct MemoryLayout {
+  std::string schedule;
+  std::vector<size_t> order;  // step indices in execution order
+  std::vector<BufferLifetime> buffers;
+  std::vector<std::vector<size_t>> buffer_slots;  // the arena slots each buffer holds
+  std::vector<size_t> scratch_buffer;             // per step, its scratch buffer or kNone
+  size_t in_place = 0;
+  MemoryPlan plan;
+};
+
+// The buffer of an input of `step` that output `o` may overwrite, or kNone. The input must be
+// declared by the kernel, live in the arena, die at this step (time `now`) and match the
+// output's dtype and bytes; inputs the kernel reads at undeclared positions must not share it.
+size_t in_place_buffer(const LayoutInput& in, const MemoryLayout& layout, const PlanStep& step,
+                       size_t o, int now, const std::vector<int>& last,
+                       const std::vector<size_t>& buffer_of) {
+  if (in.slot_bytes[o] < in.reuse_threshold) return kNone;
+  for (size_t i : step.in_place_inputs) {
+    if (i >= step.inputs.size()) continue;  // a declared variadic position this node lacks
+    const size_t x = step.inputs[i];
+    const size_t b = buffer_of[x];
+    if (b == kNone || last[x] != now || layout.buffers[b].last_step != now ||
+        in.slot_bytes[x] != in.slot_bytes[o] || in.slot_dtypes[x] != in.slot_dtypes[o])
+      continue;
+    bool declared = true;
+    for (size_t j = 0; j < step.inputs.size(); ++j)
+      declared &= buffer_of[step.inputs[j]] != b ||
+                  std::find(step.in_place_inputs.begin(), step.in_place_inputs.end(), j) !=
+                      step.in_place_inputs.end();
+    if (declared) return b;
+  }
+  return kNone;
+}
+
+MemoryLayout lay_out(const LayoutInput& in, std::vector<size_t> order, std::string schedule) {
+  MemoryLayout layout;
+  layout.schedule = std::move(schedule);
+  layout.order = std::move(order);
+  std::vector<int> last(in.slots.size(), -1);  // time of each slot's last reader
+  for (size_t t = 0; t < layout.order.size(); ++t)
+    for (size_t slot : in.steps[layout.order[t]].inputs) last[slot] = static_cast<int>(t);
+  std::vector<size_t> buffer_of(in.slots.size(), kNone);
+  layout.scratch_buffer.assign(in.steps.size(), kNone);
+  for (size_t t = 0; t < layout.order.size(); ++t) {
+    const PlanStep& step = in.steps[layout.order[t]];
+    const int now = static_cast<int>(t);
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const size_t o = step.outputs[k];
+      if (in.slots[o].kind != Slot::Kind::Arena) continue;
+      const int dies = std::max(last[o], now);
+      size_t b = k == 0 ? in_place_buffer(in, layout, step, o, now, last, buffer_of) : kNone;
+      if (b == kNone) {
+        b = layout.buffers.size();
+        layout.buffers.push_back(
+            BufferLifetime{in.slot_names[o], in.slot_bytes[o], now, dies, step.node->name()});
+        layout.buffer_slots.emplace_back();
+      } else {
+        BufferLifetime& buffer = layout.buffers[b];
+        buffer.name += ", " + in.slot_names[o] + " (in place)";
+        buffer.last_step = dies;
+        ++layout.in_place;
+      }
+      buffer_of[o] = b;
+      layout.buffer_slots[b].push_back(o);
+    }
+    if (size_t scratch = step.kernel->scratch_bytes()) {
+      layout.scratch_buffer[layout.order[t]] = layout.buffers.size();
+      layout.buffers.push_back(BufferLifetime{"scratch of " + step.node->name(), scratch, now,
+                                              now, step.node->name()});
+      layout.buffer_slots.emplace_back();
+    }
+  }
+  layout.plan = plan_memory(layout.buffers, kAlignment, in.reuse_threshold);
+  return layout;
 }
 
 }  // namespace
@@ -57,9 +163,14 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     if (v->kind() == Value::Kind::NodeOutput && !direct_output.count(v)) direct_output[v] = j;
   }
 
+  // The input sizes bind the graph's symbols, so sizes written over them (reshape's sym_shape,
+  // ...) evaluate for this plan.
   SymbolTable symbols = graph.symbols();
+  for (size_t i = 0; i < graph.inputs().size(); ++i)
+    for (size_t axis = 0; axis < input_sizes[i].size(); ++axis)
+      if (const Dim& d = graph.inputs()[i]->type().shape[axis]; !d.is_static())
+        symbols.bind(d.symbol(), input_sizes[i][axis]);
   std::vector<Node*> nodes = graph.nodes();
-  std::unordered_map<const Value*, int> last_use;
   for (size_t s = 0; s < nodes.size(); ++s) {
     const Node* node = nodes[s];
     const OpDef* def = OpRegistry::instance().find(node->op());
@@ -71,15 +182,15 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
       spec.inputs.push_back(types.at(in));
       spec.constant_inputs.push_back(in->kind() == Value::Kind::Constant ? &in->constant()
                                                                          : nullptr);
-      last_use[in] = static_cast<int>(s);
     }
     AttrMap attrs = node->attrs();
     spec.outputs = infer_node_types(*def, node->name(), spec.inputs, attrs, symbols);
     for (const TensorType& t : spec.outputs)
       KILN_ASSERT(is_static(t.shape), "node " << node->name() << " inferred a symbolic shape "
                                               << type_string(t) << " from static inputs");
-    const KernelDef& kernel = select_kernel(*def, spec, options.kernel_policy);
-    PlanStep step{node, kernel.name, kernel.create(spec), {}, {}, 0};
+    KernelChoice choice = select_kernel(*def, spec, options.kernel_policy);
+    PlanStep step{node, choice.kernel->name, std::move(choice.instance), {}, {}, 0};
+    step.in_place_inputs = choice.kernel->in_place_inputs;
     for (const Value* in : node->inputs()) step.inputs.push_back(slot_of.at(in));
     for (size_t i = 0; i < node->outputs().size(); ++i) {
       const Value* out = node->output(i);
@@ -97,29 +208,83 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     steps_.push_back(std::move(step));
   }
 
-  // Lifetimes of arena buffers: node outputs from their step to their last reader, and each
-  // step's scratch for that step alone.
-  std::vector<size_t*> offset_targets;
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    PlanStep& step = steps_[s];
-    for (const Value* out : step.node->outputs()) {
-      Slot& slot = slots_[slot_of[out]];
-      if (slot.kind != Slot::Kind::Arena) continue;
-      const TensorType& t = types[out];
-      auto it = last_use.find(out);
-      buffers_.push_back(BufferLifetime{
-          out->name(), static_cast<size_t>(num_elements(static_sizes(t.shape))) * dtype_size(t.dtype),
-          static_cast<int>(s), it == last_use.end() ? static_cast<int>(s) : it->second});
-      offset_targets.push_back(&slot.index);
+  // Stages schedule and memory: candidate execution orders, each laid out (lifetimes from the
+  // order, in-place merges, the best placement); the smallest arena wins, ties to the first.
+  std::vector<size_t> slot_bytes(slots_.size(), 0);
+  std::vector<DType> slot_dtypes(slots_.size(), DType::U8);
+  std::vector<std::string> slot_names(slots_.size());
+  StepGraph step_graph;
+  long double total = 0;  // every arena buffer aligned: no offset of any placement exceeds it
+  for (const PlanStep& step : steps_) {
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const Value* out = step.node->output(k);
+      const size_t o = step.outputs[k];
+      slot_dtypes[o] = types[out].dtype;
+      slot_names[o] = out->name();
+      if (slots_[o].kind == Slot::Kind::Arena) slot_bytes[o] = tensor_bytes(types[out], out->name());
+      total += static_cast<long double>(slot_bytes[o]) + kAlignment;
     }
-    if (size_t scratch = step.kernel->scratch_bytes()) {
-      buffers_.push_back(BufferLifetime{"scratch of " + step.node->name(), scratch,
-                                        static_cast<int>(s), static_cast<int>(s)});
-      offset_targets.push_back(&step.scratch_offset);
-    }
+    total += static_cast<long double>(step.kernel->scratch_bytes()) + kAlignment;
+    memory_stats_.intermediate_bytes += step.kernel->scratch_bytes();
+    step_graph.reads.push_back(step.inputs);
+    step_graph.writes.push_back(step.outputs);
   }
-  memory_plan_ = GreedyBySizePlacement().place(buffers_, kAlignment);
-  for (size_t i = 0; i < buffers_.size(); ++i) *offset_targets[i] = memory_plan_.offsets[i];
+  for (size_t bytes : slot_bytes) memory_stats_.intermediate_bytes += bytes;
+  if (total > static_cast<long double>(PTRDIFF_MAX)) {
+    std::ostringstream size;
+    size << std::fixed << std::setprecision(0) << total;
+    throw_error(ErrorCode::OutOfMemory, "the intermediate tensors of graph '", graph.name(),
+                "' need up to ", size.str(), " bytes, more than any arena can hold (",
+                PTRDIFF_MAX, "); reduce the batch or sequence size");
+  }
+  step_graph.value_bytes = slot_bytes;
+  const LayoutInput layout_input{steps_,      slots_,    slot_bytes,
+                                 slot_dtypes, slot_names, options.memory_reuse_threshold};
+  // The schedule stage runs at optimization level 3 (docs/passes.md), like the pass stage of
+  // that name.
+  std::vector<ScheduleHeuristic> schedules = {ScheduleHeuristic::GraphOrder};
+  if (options.optimization_level >= 3)
+    schedules = {ScheduleHeuristic::GraphOrder, ScheduleHeuristic::FreesMost,
+                 ScheduleHeuristic::SmallestWrites};
+  std::vector<MemoryLayout> layouts;
+  if (options.memory_optimization_level == "aggressive") {
+    for (ScheduleHeuristic h : schedules)
+      layouts.push_back(lay_out(layout_input, schedule_steps(step_graph, h), schedule_name(h)));
+  } else {
+    // One order: the greedy one when it lowers the bytes live at once, else the graph's.
+    ScheduleHeuristic pick = ScheduleHeuristic::GraphOrder;
+    std::vector<size_t> order = schedule_steps(step_graph, pick);
+    if (schedules.size() > 1) {
+      std::vector<size_t> greedy = schedule_steps(step_graph, ScheduleHeuristic::FreesMost);
+      if (peak_bytes(step_graph, greedy) < peak_bytes(step_graph, order)) {
+        order = std::move(greedy);
+        pick = ScheduleHeuristic::FreesMost;
+      }
+    }
+    layouts.push_back(lay_out(layout_input, std::move(order), schedule_name(pick)));
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < layouts.size(); ++i)
+    if (layouts[i].plan.arena_size < layouts[best].plan.arena_size) best = i;
+  MemoryLayout& layout = layouts[best];
+  for (size_t b = 0; b < layout.buffers.size(); ++b)
+    for (size_t slot : layout.buffer_slots[b]) slots_[slot].index = layout.plan.offsets[b];
+  for (size_t s = 0; s < steps_.size(); ++s)
+    if (layout.scratch_buffer[s] != kNone)
+      steps_[s].scratch_offset = layout.plan.offsets[layout.scratch_buffer[s]];
+  std::vector<PlanStep> ordered;
+  for (size_t s : layout.order) ordered.push_back(std::move(steps_[s]));
+  steps_ = std::move(ordered);
+  memory_stats_.arena_bytes = layout.plan.arena_size;
+  memory_stats_.peak_live_bytes = peak_live_bytes(layout.buffers, kAlignment);
+  memory_stats_.buffers = layout.buffers.size();
+  memory_stats_.in_place = layout.in_place;
+  memory_stats_.placement = layout.plan.strategy;
+  memory_stats_.schedule = layout.schedule;
+  buffers_ = std::move(layout.buffers);
+  memory_plan_ = std::move(layout.plan);
+  shared_pool_ = options.memory_pool;
+  if (shared_pool_) shared_pool_->reserve(memory_plan_.arena_size);
 
   for (size_t j = 0; j < graph.outputs().size(); ++j) {
     const Value* v = graph.outputs()[j];
@@ -144,7 +309,7 @@ std::unique_ptr<RunContext> ExecPlan::acquire() const {
     }
   }
   auto context = std::make_unique<RunContext>();
-  context->arena = Tensor::empty(DType::U8, {static_cast<int64_t>(memory_plan_.arena_size)});
+  if (!shared_pool_) context->arena = allocate_arena(memory_plan_.arena_size);
   context->slot_pointers.resize(slots_.size());
   context->step_inputs.resize(max_arity_in_);
   context->step_outputs.resize(max_arity_out_);
@@ -163,8 +328,18 @@ void ExecPlan::run(const std::vector<TensorView>& inputs, const std::vector<void
     std::unique_ptr<RunContext>& context;
     ~Release() { plan->release(std::move(context)); }
   } release{this, context};
+  // A shared pool lends the arena for this run only.
+  struct Borrow {
+    MemoryPool* pool;
+    Tensor arena;
+    ~Borrow() {
+      if (pool) pool->release(std::move(arena));
+    }
+  } borrowed{shared_pool_.get(),
+             shared_pool_ ? shared_pool_->acquire(memory_plan_.arena_size) : Tensor()};
 
-  auto* arena = static_cast<std::byte*>(context->arena.data());
+  auto* arena =
+      static_cast<std::byte*>(shared_pool_ ? borrowed.arena.data() : context->arena.data());
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     switch (slot.kind) {
@@ -197,6 +372,60 @@ std::string ExecPlan::describe() const {
   }
   out << memory_plan_.to_string(buffers_);
   return out.str();
+}
+
+std::string ExecPlan::memory_plan(const std::string& format, const std::string& title) const {
+  if (format == "table") {
+    std::ostringstream out;
+    out << "schedule " << memory_stats_.schedule << ", " << memory_stats_.in_place
+        << " output(s) in place, " << memory_stats_.peak_live_bytes
+        << " bytes live at the peak step, " << memory_stats_.intermediate_bytes
+        << " bytes of intermediates\n"
+        << memory_plan_.to_string(buffers_);
+    return out.str();
+  }
+  if (format == "svg") return memory_plan_.to_svg(buffers_, title);
+  throw_error(ErrorCode::InvalidArgument, "memory plan format '", format,
+              "' is unknown; use 'table' or 'svg'");
+}
+
+size_t MemoryPool::arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reserved_;
+}
+
+size_t MemoryPool::arenas() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allocated_;
+}
+
+void MemoryPool::reserve(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reserved_ = std::max(reserved_, bytes);
+}
+
+Tensor MemoryPool::acquire(size_t bytes) {
+  Tensor arena;
+  size_t size;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size = std::max(reserved_, bytes);
+    if (!idle_.empty()) {
+      arena = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  // An arena from before a larger plan reserved its size is replaced (outside the lock).
+  if (arena.defined() && arena.nbytes() >= bytes) return arena;
+  arena = allocate_arena(size);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++allocated_;
+  return arena;
+}
+
+void MemoryPool::release(Tensor arena) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(std::move(arena));
 }
 
 }  // namespace kiln

@@ -28,11 +28,12 @@ struct PlanStep {
   std::vector<size_t> inputs;   // slot ids
   std::vector<size_t> outputs;  // slot ids
   size_t scratch_offset = 0;
+  std::vector<size_t> in_place_inputs;  // the kernel's declaration (KernelDef::in_place_inputs)
 };
 
 // Per-run working memory, pooled by the plan so repeated runs allocate nothing.
 struct RunContext {
-  Tensor arena;
+  Tensor arena;  // unused with a shared MemoryPool, which lends one per run
   std::vector<void*> slot_pointers;
   std::vector<const void*> step_inputs;
   std::vector<void*> step_outputs;
@@ -48,6 +49,10 @@ class ExecPlan {
   const std::vector<DType>& output_dtypes() const { return output_dtypes_; }
   void run(const std::vector<TensorView>& inputs, const std::vector<void*>& outputs) const;
   std::string describe() const;
+  const MemoryStats& memory_stats() const { return memory_stats_; }
+  // The memory plan as a table ("table") or an offset-over-time chart ("svg").
+  std::string memory_plan(const std::string& format, const std::string& title) const;
+  const std::vector<PlanStep>& steps() const { return steps_; }  // in execution order
 
  private:
   std::unique_ptr<RunContext> acquire() const;
@@ -67,6 +72,8 @@ class ExecPlan {
   std::vector<DType> output_dtypes_;
   std::vector<BufferLifetime> buffers_;
   MemoryPlan memory_plan_;
+  MemoryStats memory_stats_;
+  std::shared_ptr<MemoryPool> shared_pool_;
   size_t max_arity_in_ = 0, max_arity_out_ = 0;
 
   mutable std::mutex pool_mutex_;

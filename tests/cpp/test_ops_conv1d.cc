@@ -137,7 +137,7 @@ TEST(OpsConv1d, InfersShapes) {
   fails({4, 6, 3, 3}, {}, "w must be 3-D [O, C/groups, K]");
   fails({4, 6, 30}, {}, "a window spans 30 input positions");
   fails({4, 6, 3}, {{"stride", Ints{1, 1}}}, "stride must be one positive int [s]");
-  fails({4, 6, 3}, {{"padding", Ints{1, 1, 1}}}, "padding must be non-negative ints, [p] or [left, right]");
+  fails({4, 6, 3}, {{"padding", Ints{1, 1, 1}}}, "padding must be non-negative ints below 2^31, [p] or [left, right]");
   fails({4, 2, 3}, {{"groups", int64_t{3}}}, "groups=3 must divide w's output channels 4");
   fails({4, 3, 3}, {{"groups", int64_t{4}}}, "groups=4 must divide x's channels 6");
   fails({4, 6, 3}, {{"fused_activation", std::string("gelu")}}, "fused_activation must be");

@@ -228,5 +228,19 @@ TEST(OpsCreation, LikeOpsKeepSymbolicShapesAndTakeADtype) {
   }
 }
 
+TEST(OpsCreation, GraphsWithCreationOpsRoundTripThroughText) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 8);
+  Value* x = g.add_input("x", TensorType{DType::BF16, {batch, Dim(3)}});
+  Value* steps = g.add("arange", {}, {{"start", -1.5}, {"end", 2}, {"step", 0.5}});
+  Value* like = g.add("full_like", {x}, {{"fill_value", -0.25}, {"dtype", std::string("f64")}});
+  Value* ones = g.add("ones", {}, {{"size", Ints{}}, {"dtype", std::string("bool")}});
+  g.set_outputs({steps, like, ones});
+  const std::string text = print_graph(g);
+  std::unique_ptr<Graph> parsed = parse_graph(text);
+  EXPECT_NO_THROW(verify(*parsed));
+  EXPECT_EQ(print_graph(*parsed), text);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -569,6 +569,9 @@ TEST(OpsLayout, EveryOpRunsThroughTheExecutor) {
     EXPECT_EQ(got[i].sizes(), static_sizes(outputs[i]->type().shape)) << nodes[i].first;
     EXPECT_TRUE(test::same_values(got[i], expected[i])) << nodes[i].first;
   }
+  std::unique_ptr<Graph> parsed = parse_graph(print_graph(g));  // every op prints and parses back
+  EXPECT_NO_THROW(verify(*parsed));
+  EXPECT_EQ(print_graph(*parsed), print_graph(g));
   // Spot checks against the input itself.
   EXPECT_EQ(test::values_of<float>(got[13]), test::values_of<float>(input));        // copy
   EXPECT_EQ(got[7].data<float>()[3], input.data<float>()[0]);                      // roll by 3

@@ -3,6 +3,7 @@
 // and AVX2 kernels against the reference on random inputs.
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "kernel_harness.h"
 
@@ -340,12 +341,13 @@ TEST(OpsPooling, AvgPoolKernelsMatchReference) {
     check_average_kernels("avg_pool2d", {{2, 3, 17, 13}, with({{"kernel_size", Ints{2}}})}, rng);
     check_average_kernels("avg_pool2d", {{1, 5, 9, 7}, with({{"kernel_size", Ints{3, 2}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 0}}})}, rng);
     check_average_kernels("avg_pool2d", {{1, 3, 1, 1}, with({{"kernel_size", Ints{1}}})}, rng);
-    check_average_kernels("avg_pool2d", {{1, 2, 3, 1000000 / 6}, with({{"kernel_size", Ints{1, 3}}, {"stride", Ints{1, 2}}, {"padding", Ints{0, 1}}})}, rng);
     // ceil_mode windows within the declared padding, and overhanging it.
     check_average_kernels("avg_pool2d", {{1, 2, 5, 5}, with({{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"padding", Ints{1}}, {"ceil_mode", true}})}, rng);
     check_average_kernels("avg_pool2d", {{1, 3, 8, 10}, with({{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"ceil_mode", true}})}, rng);
     check_average_kernels("avg_pool2d", {{1, 3, 17, 40}, with({{"kernel_size", Ints{5}}, {"stride", Ints{3}}, {"padding", Ints{2}}, {"ceil_mode", true}})}, rng);
   }
+  // About a million elements, once.
+  check_average_kernels("avg_pool2d", {{1, 2, 3, 1000000 / 6}, {{"kernel_size", Ints{1, 3}}, {"stride", Ints{1, 2}}, {"padding", Ints{0, 1}}}}, rng);
   const AttrMap divisor = {{"kernel_size", Ints{2}}, {"divisor_override", int64_t{3}}};
   check_average_kernels("avg_pool2d", {{1, 3, 8, 10}, divisor}, rng);
   // oneDNN divides by the whole window: it declines where PyTorch counts less of an overhanging one.
@@ -413,6 +415,32 @@ TEST(OpsPooling, GlobalAveragePoolMatchesReference) {
   }
   OneNode not_global("adaptive_avg_pool2d", {type_of(DType::F32, {1, 1, 4, 4})}, {{"output_size", Ints{2}}});
   EXPECT_EQ(test::unsupported_reason(*not_global.node, "global_avx2"), "output_size is not [1, 1]");
+}
+
+// One kernel instance serves concurrent runs, each with its own scratch (the AVX2 kernels keep
+// their row reductions there, oneDNN its scratchpad).
+TEST(OpsPooling, ConcurrentRunsOfOneInstanceMatchSerial) {
+  std::mt19937 rng(9);
+  Tensor x = test::random_tensor(DType::F32, {2, 16, 28, 28}, rng);
+  for (const char* op : {"max_pool2d", "avg_pool2d"}) {
+    OneNode node(op, {type_of(DType::F32, {2, 16, 28, 28})},
+                 {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}});
+    const KernelSpec spec = test::spec_with_constants(*node.node, 2);
+    for (const KernelDef& def : OpRegistry::instance().find(op)->kernels) {
+      if (!def.unsupported_reason(spec).empty()) continue;
+      SCOPED_TRACE(std::string(op) + " " + def.name);
+      auto kernel = def.create(spec);
+      const Tensor serial = test::run_instance(*kernel, spec, {x});
+      std::vector<Tensor> results(4);
+      std::vector<std::thread> threads;
+      for (size_t t = 0; t < results.size(); ++t)
+        threads.emplace_back([&, t] {
+          for (int repeat = 0; repeat < 5; ++repeat) results[t] = test::run_instance(*kernel, spec, {x});
+        });
+      for (std::thread& t : threads) t.join();
+      for (const Tensor& r : results) EXPECT_TRUE(r.same_contents(serial));
+    }
+  }
 }
 
 // ---------------------------------------------------------------- through the executor

@@ -106,6 +106,12 @@ TEST(OpsUpsample, ReferenceNearestMatchesPyTorch) {
   std::vector<float> six(6);
   for (int i = 0; i < 6; ++i) six[static_cast<size_t>(i)] = static_cast<float>(i);
   EXPECT_EQ(run("upsample_nearest2d", "reference", row(six), width({74}))[37], 2);
+  // A factor too small for f32 (its reciprocal is infinite) gives the last index, never one out
+  // of range (PyTorch's own arithmetic is undefined there).
+  EXPECT_EQ(run("upsample_nearest2d", "reference", x, {{"output_size", Ints{1, 3}}, {"scale_factors", Floats{1, 1e-40}}}),
+            (std::vector<float>{4, 4, 4}));
+  EXPECT_EQ(run("upsample_nearest2d", "table", x, {{"output_size", Ints{1, 3}}, {"scale_factors", Floats{1, 1e-40}}}),
+            (std::vector<float>{4, 4, 4}));
   // u8 and f64 take the same indices.
   Tensor bytes = Tensor::empty(DType::U8, {1, 1, 1, 5});
   for (uint8_t i = 0; i < 5; ++i) bytes.data<uint8_t>()[i] = static_cast<uint8_t>(i * 50);
@@ -140,6 +146,11 @@ TEST(OpsUpsample, ReferenceBilinearMatchesPyTorch) {
   for (const char* kernel : {"reference", "table"}) {
     EXPECT_EQ(run("upsample_bilinear2d", kernel, row({0, 1024}), {{"output_size", Ints{1, 5}}}),
               (std::vector<float>{0, 102.40000915527344f, 512, 921.6000366210938f, 1024}))
+        << kernel;
+  }
+  for (const char* kernel : {"reference", "table"}) {
+    EXPECT_EQ(run("upsample_bilinear2d", kernel, r, {{"output_size", Ints{1, 3}}, {"scale_factors", Floats{1, 1e-40}}}),
+              (std::vector<float>{40, 40, 40}))
         << kernel;
   }
   // With a factor: scale 1 / 1.7 over [0, 10, ..., 40] (PyTorch: 0, 3.8235297, 9.705883, ...).

@@ -141,7 +141,7 @@ def test_get_backend_with_config_and_levels():
     ({"operator_selection.fallback_to_cpu": "yes"}, "is invalid"),
     ({"amp.enable": True}, "not supported yet"),
     ({"memory.optimization": False}, "not supported yet"),
-    ({"debug.graph_dump.type": "png"}, "not supported yet"),
+    ({"distributed.enable": True}, "not supported yet"),
 ])
 def test_config_rejects_bad_options_at_once(options, fragment):
     with pytest.raises(kiln.Error) as info:
@@ -166,10 +166,8 @@ def test_modes():
     assert_as_accurate_as_eager(model, torch.compile(model, backend="kiln",
                                                      mode="reduce-overhead"), x)
     torch._dynamo.reset()
-    with pytest.raises(Exception) as info, torch.no_grad():
-        torch.compile(model, backend="kiln", mode="max-autotune")(x)
-    err = find_kiln_error(info.value)
-    assert err is not None and err.code == "E10001" and "max-autotune" in err.detail
+    assert_as_accurate_as_eager(model, torch.compile(model, backend="kiln",
+                                                     mode="max-autotune"), x)
 
 
 def test_config_doc_lists_every_option():

@@ -116,6 +116,8 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
     r.add("aten.rsub" + o, elementwise("sub", {"other", "self"}));  // other - alpha * self
   }
   r.add("aten.remainder.Scalar_Tensor", elementwise("remainder", {"self", "other"}));
+  for (const char* overload : {".Tensor", ".Scalar"})
+    r.add(std::string("aten.true_divide") + overload, elementwise("div", {"self", "other"}));
   for (const char* overload : {".Tensor_mode", ".Scalar_mode"})
     r.add(std::string("aten.div") + overload, [](ConvertContext& ctx) -> std::vector<Value*> {
       const std::string mode = ctx.has("rounding_mode") ? ctx.string("rounding_mode") : "none";

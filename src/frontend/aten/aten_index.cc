@@ -22,11 +22,13 @@ std::vector<Value*> split(ConvertContext& ctx, std::vector<int64_t> sizes) {
 
 void register_aten_index_converters(ConverterRegistry& r) {
   r.add("aten.slice.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
-    return {ctx.add("slice", {ctx.tensor("self")},
-                    {{"dim", ctx.integer("dim")},
-                     {"start", optional_integer(ctx, "start", 0)},
-                     {"end", optional_integer(ctx, "end", INT64_MAX)},
-                     {"step", ctx.integer("step")}})};
+    AttrMap attrs{{"dim", ctx.integer("dim")},
+                  {"start", optional_integer(ctx, "start", 0)},
+                  {"step", ctx.integer("step")}};
+    const std::string sym_end = ctx.has("end") ? ctx.sym("end") : "";
+    if (sym_end.empty()) attrs["end"] = optional_integer(ctx, "end", INT64_MAX);
+    else attrs["sym_end"] = sym_end;  // x[:, :S] traced with S symbolic
+    return {ctx.add("slice", {ctx.tensor("self")}, std::move(attrs))};
   });
   r.add("aten.select.int", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("select", {ctx.tensor("self")},

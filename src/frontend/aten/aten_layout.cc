@@ -23,7 +23,10 @@ void require_dense(ConvertContext& ctx) {
 void register_aten_layout_converters(ConverterRegistry& r) {
   r.add("aten.lift_fresh_copy.default", same_value);
   r.add("aten.expand.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    return {ctx.add("expand", {ctx.tensor("self")}, {{"size", ctx.integers("size")}})};
+    const ConvertContext::Sizes size = ctx.sizes("size");
+    AttrMap attrs{{"size", size.ints}};
+    if (!size.syms.empty()) attrs["sym_size"] = size.syms;
+    return {ctx.add("expand", {ctx.tensor("self")}, std::move(attrs))};
   });
   r.add("aten.repeat.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("repeat", {ctx.tensor("self")}, {{"repeats", ctx.integers("repeats")}})};
@@ -75,15 +78,28 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   };
   r.add("aten._to_copy.default", cast);
   r.add("aten.to.dtype", cast);
-  r.add("aten.arange.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+  // arange(S) with S a symbolic size: sym_end carries it (end is then unused).
+  auto arange = [](ConvertContext& ctx, AttrMap attrs) -> std::vector<Value*> {
     require_dense(ctx);
-    return {ctx.add("arange", {}, {{"end", ctx.number("end")}, {"dtype", dtype_attr(ctx)}})};
+    const std::string sym_end = ctx.sym("end");
+    attrs["end"] = sym_end.empty() ? ctx.number("end") : 0.0;
+    if (!sym_end.empty()) attrs["sym_end"] = sym_end;
+    attrs["dtype"] = dtype_attr(ctx);
+    return {ctx.add("arange", {}, std::move(attrs))};
+  };
+  r.add("aten.arange.default", [arange](ConvertContext& ctx) { return arange(ctx, {}); });
+  r.add("aten.arange.start_step", [arange](ConvertContext& ctx) {
+    return arange(ctx, {{"start", ctx.number("start")}, {"step", ctx.number("step")}});
   });
-  r.add("aten.arange.start_step", [](ConvertContext& ctx) -> std::vector<Value*> {
+  r.add("prims.convert_element_type.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("a");
+    if (x->type().dtype == ctx.output_dtype()) return {x};
+    return {ctx.add("to", {x}, {{"dtype", dtype_attr(ctx)}})};
+  });
+  // A 0-d tensor of a number (AOTAutograd makes them of Python floats computed from sizes).
+  r.add("aten.scalar_tensor.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     require_dense(ctx);
-    return {ctx.add("arange", {},
-                    {{"start", ctx.number("start")}, {"end", ctx.number("end")},
-                     {"step", ctx.number("step")}, {"dtype", dtype_attr(ctx)}})};
+    return {ctx.scalar(ctx.number("s"), ctx.output_dtype())};
   });
   r.add("aten.full.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     require_dense(ctx);

@@ -2,14 +2,18 @@
 // oneDNN kernel.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 
+#include "kernels/cpu/gemm_epilogue.h"
 #include "ops/op_registry.h"
 
 namespace kiln::cpu {
 
-// y[N, O, OH, OW] = x[N, C, H, W] * w[O, C / groups, KH, KW], all dense row-major (NCHW).
+// y[N, O, OH, OW] = x[N, C, H, W] * w[O, C / groups, KH, KW] in logical (NCHW) sizes; x and y
+// may be in any layout (the spec's types say which), w and bias are plain.
 struct Conv2dGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0;
   int64_t o = 0, kh = 0, kw = 0;
@@ -20,17 +24,22 @@ struct Conv2dGeometry {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
 };
 
-enum class Activation { None, Relu };
-
 // Work done on the convolution's result before it is stored, in this order, by the same kernel
-// in the same pass over the output: what a fusion pass attaches to a convolution.
+// in the same pass over the output: what fusion passes attach to a convolution.
+//   y = clamp(activation(conv(x, w) + bias + r), clamp_min, clamp_max)
+// (ResNet's relu(bn(conv(x)) + identity), MobileNetV2's relu6 = clamp to [0, 6]).
 struct ConvEpilogue {
-  bool bias = false;  // adds bias[O], the convolution's third input
-  Activation activation = Activation::None;
+  bool bias = false;      // adds bias[O], the convolution's third input
+  bool residual = false;  // adds r, a tensor of y's type and layout: the convolution's last input
+  Activation activation = Activation::None;  // the matmul epilogue's activations
+  // Hardtanh's bounds; -inf and inf (no clamp) unless a fusion set them.
+  double clamp_min = -std::numeric_limits<double>::infinity();
+  double clamp_max = std::numeric_limits<double>::infinity();
+  bool clamps() const { return !std::isinf(clamp_min) || !std::isinf(clamp_max); }
 };
 
 // f32; no zero-size tensors. When w is a graph constant (spec.constant_inputs[1]) it is
-// reordered once, at creation, into the layout the primitive prefers.
+// reordered once, at creation, into the layout the primitive prefers for x's and y's layouts.
 std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
                                                      const ConvEpilogue& epilogue,
                                                      const KernelSpec& spec);

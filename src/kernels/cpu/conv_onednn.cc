@@ -1,8 +1,15 @@
 // conv2d through oneDNN's convolution (forward inference, direct algorithm). Source and
-// destination stay plain NCHW; the weights take the primitive's preferred blocked layout when
-// they are a constant. The epilogue becomes oneDNN's bias input and eltwise post-op.
+// destination stay in the layouts of the node's types (plain NCHW, nhwc or oneDNN's blocked
+// nChw8c/nChw16c, which the format stage picks); the weights take the primitive's preferred
+// blocked layout when they are a constant. The epilogue becomes oneDNN's bias input and post-ops:
+// binary add of the residual, eltwise activation, eltwise clip.
+#include <optional>
+
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/layout.h"
 #include "kernels/cpu/library_threads.h"
+#include "kernels/cpu/onednn_activation.h"
+#include "kernels/cpu/onednn_layout.h"
 #include "kernels/cpu/onednn_util.h"
 
 namespace kiln::cpu {
@@ -12,12 +19,12 @@ namespace {
 class OneDnnConv2d final : public KernelInstance {
  public:
   OneDnnConv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue, const KernelSpec& spec)
-      : threads_(spec.threads), bias_(epilogue.bias) {
+      : threads_(spec.threads), epilogue_(epilogue) {
     LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
-    src_desc_ = dnnl::memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::nchw);
-    dst_desc_ = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt::f32, tag::nchw);
+    src_desc_ = onednn_f32_desc({g.n, g.c, g.h, g.w}, spec.inputs[0].layout);
+    dst_desc_ = onednn_f32_desc({g.n, g.o, g.oh, g.ow}, spec.outputs[0].layout);
     // Grouped weights [O, C/g, KH, KW] are the same memory as oneDNN's [g, O/g, C/g, KH, KW].
     const bool grouped = g.groups > 1;
     dnnl::memory::dims w_dims =
@@ -28,7 +35,7 @@ class OneDnnConv2d final : public KernelInstance {
     dnnl::memory::desc w_request =
         w_constant ? dnnl::memory::desc(w_dims, dt::f32, tag::any) : w_plain;
     dnnl::memory::desc bias_desc =
-        bias_ ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc();
+        epilogue.bias ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc();
 
     // oneDNN counts dilation from 0 (no gaps); Kiln and PyTorch from 1.
     dnnl::convolution_forward::desc desc(
@@ -36,11 +43,19 @@ class OneDnnConv2d final : public KernelInstance {
         w_request, bias_desc, dst_desc_, {g.stride_h, g.stride_w},
         {g.dilation_h - 1, g.dilation_w - 1}, {g.pad_top, g.pad_left}, {g.pad_bottom, g.pad_right});
     dnnl::primitive_attr attr = user_scratchpad_attr();
-    if (epilogue.activation == Activation::Relu) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-      attr.set_post_ops(ops);
-    }
+    dnnl::post_ops ops;
+    // The residual is read straight from its buffer, in y's layout (conv2d's inference checks).
+    if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, dst_desc_);
+    if (epilogue.activation != Activation::None) append_activation(ops, epilogue.activation);
+    // oneDNN's relu gives alpha * x = -0 for negative x where PyTorch gives +0; adding +0 turns
+    // -0 into +0 and keeps everything else (NaN included).
+    if (epilogue.activation == Activation::Relu)
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f, 0.f);
+    if (epilogue.clamps())
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip,
+                         static_cast<float>(epilogue.clamp_min),
+                         static_cast<float>(epilogue.clamp_max));
+    attr.set_post_ops(ops);
     dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
     primitive_ = dnnl::convolution_forward(pd);
     weights_desc_ = pd.weights_desc();
@@ -61,18 +76,28 @@ class OneDnnConv2d final : public KernelInstance {
         {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, w)},
         {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, outputs[0])},
         {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
-    if (bias_)
+    if (epilogue_.bias)
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc_, engine, const_cast<void*>(inputs[2])));
+    if (epilogue_.residual)
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                   dnnl::memory(dst_desc_, engine, const_cast<void*>(inputs.back())));
     execute_and_wait(primitive_, args);
   }
 
  private:
   int threads_;
-  bool bias_;
+  ConvEpilogue epilogue_;
   dnnl::memory::desc src_desc_, weights_desc_, bias_desc_, dst_desc_, scratchpad_desc_;
   dnnl::convolution_forward primitive_;
   Tensor packed_w_;  // w in weights_desc_ when it is a constant, else no storage
 };
+
+// The layout of `desc` among Kiln's, if it is one of them.
+std::optional<Layout> kiln_layout_of(const dnnl::memory::desc& desc, const dnnl::memory::dims& dims) {
+  for (Layout l : {Layout::Plain, Layout::NHWC, Layout::NChw8c, Layout::NChw16c})
+    if (desc == dnnl::memory::desc(dims, dnnl::memory::data_type::f32, onednn_format(l))) return l;
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -80,6 +105,23 @@ std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
                                                      const ConvEpilogue& epilogue,
                                                      const KernelSpec& spec) {
   return std::make_unique<OneDnnConv2d>(g, epilogue, spec);
+}
+
+Layout onednn_preferred_conv_layout() {
+  static const Layout preferred = [] {
+    // A 3x3 convolution of ResNet's second stage, with format `any` for everything.
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::dims dims{1, 64, 56, 56};
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        dnnl::memory::desc(dims, dt::f32, tag::any),
+        dnnl::memory::desc({64, 64, 3, 3}, dt::f32, tag::any),
+        dnnl::memory::desc(dims, dt::f32, tag::any), {1, 1}, {1, 1}, {1, 1});
+    dnnl::convolution_forward::primitive_desc pd(desc, onednn_engine());
+    return kiln_layout_of(pd.src_desc(), dims).value_or(Layout::Plain);
+  }();
+  return preferred;
 }
 
 }  // namespace kiln::cpu

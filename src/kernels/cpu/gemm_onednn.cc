@@ -1,6 +1,9 @@
 // Matmul through oneDNN's matmul primitive: the whole broadcast batch in one primitive, B
-// reordered once into the primitive's preferred layout when it is a graph constant.
+// reordered once into the primitive's preferred layout when it is a graph constant. An epilogue
+// becomes the primitive's bias and post-ops (eltwise activation, binary add of the residual),
+// applied by oneDNN to each output block as it is computed.
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/library_threads.h"
 #include "kernels/cpu/onednn_util.h"
 
@@ -14,9 +17,24 @@ std::vector<int64_t> with_matrix(std::vector<int64_t> batch, int64_t rows, int64
   return batch;
 }
 
+dnnl::algorithm eltwise_of(Activation a) {
+  switch (a) {
+    case Activation::Relu: return dnnl::algorithm::eltwise_relu;
+    case Activation::GeluErf: return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::GeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case Activation::Silu: return dnnl::algorithm::eltwise_swish;  // x * sigmoid(alpha x), alpha 1
+    case Activation::Sigmoid: return dnnl::algorithm::eltwise_logistic;
+    case Activation::Tanh: return dnnl::algorithm::eltwise_tanh;
+    case Activation::None: break;
+  }
+  KILN_ASSERT(false, "no oneDNN eltwise for activation " << activation_name(a));
+  return dnnl::algorithm::undef;
+}
+
 class OneDnnMatmul final : public KernelInstance {
  public:
-  OneDnnMatmul(const MatmulGeometry& g, const KernelSpec& spec) : threads_(spec.threads) {
+  OneDnnMatmul(const MatmulGeometry& g, const KernelSpec& spec)
+      : threads_(spec.threads), e_(epilogue_of(spec.node)) {
     // Creation sizes the primitive's work split by the thread count it sees.
     LibraryThreads scope(threads_);
     src_desc_ = plain_f32_desc(with_matrix(g.a_batch, g.m, g.k));
@@ -36,8 +54,19 @@ class OneDnnMatmul final : public KernelInstance {
         b_constant ? dnnl::memory::desc(b_desc.dims(), dnnl::memory::data_type::f32,
                                         dnnl::memory::format_tag::any)
                    : b_desc;
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_desc_, weights_request, dst_desc_),
-                                    user_scratchpad_attr(), onednn_engine());
+    dnnl::primitive_attr attr = user_scratchpad_attr();
+    dnnl::post_ops post_ops;
+    if (e_.activation != Activation::None)
+      post_ops.append_eltwise(1.f, eltwise_of(e_.activation), e_.activation == Activation::Silu,
+                              0.f);
+    if (e_.residual) post_ops.append_binary(dnnl::algorithm::binary_add, dst_desc_);
+    attr.set_post_ops(post_ops);
+    if (e_.bias)  // [1..., 1, N], broadcast over the batch and the rows
+      bias_desc_ = plain_f32_desc(with_matrix(std::vector<int64_t>(g.batch.size(), 1), 1, g.n));
+    dnnl::matmul::desc desc = e_.bias
+                                  ? dnnl::matmul::desc(src_desc_, weights_request, bias_desc_, dst_desc_)
+                                  : dnnl::matmul::desc(src_desc_, weights_request, dst_desc_);
+    dnnl::matmul::primitive_desc pd(desc, attr, onednn_engine());
     primitive_ = dnnl::matmul(pd);
     scratchpad_desc_ = pd.scratchpad_desc();
     weights_desc_ = pd.weights_desc();
@@ -56,12 +85,22 @@ class OneDnnMatmul final : public KernelInstance {
         {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, b)},
         {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, outputs[0])},
         {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
+    if (e_.bias)
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc_, engine,
+                                               const_cast<void*>(inputs[e_.bias_input()])));
+    if (e_.residual) {
+      // The residual post-op is the only one, or follows the activation.
+      const int index = e_.activation == Activation::None ? 0 : 1;
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+                   dnnl::memory(dst_desc_, engine, const_cast<void*>(inputs[e_.residual_input()])));
+    }
     execute_and_wait(primitive_, args);
   }
 
  private:
   int threads_;
-  dnnl::memory::desc src_desc_, weights_desc_, dst_desc_, scratchpad_desc_;
+  GemmEpilogue e_;
+  dnnl::memory::desc src_desc_, weights_desc_, dst_desc_, bias_desc_, scratchpad_desc_;
   dnnl::matmul primitive_;
   Tensor packed_b_;  // B in weights_desc_ when it is a constant, else no storage
 };

@@ -1,0 +1,50 @@
+// Integer expressions over a graph's symbols, as PyTorch prints its symbolic sizes: "s0",
+// "s0*s1", "128*s0", "s1 + 1", "(s0//2)". Op attributes hold them where a size is symbolic
+// (reshape's sym_shape, expand's sym_size, slice's sym_end) so that one graph serves every
+// shape; inference evaluates them with the symbols bound to a run's sizes (docs/dynamic-shapes.md).
+//
+// Grammar: expr := term (('+' | '-') term)*; term := atom (('*' | '//') atom)*;
+//          atom := INT | SYMBOL | '(' expr ')'. Anything else is rejected with the reason.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/shape.h"
+
+namespace kiln {
+
+class SymExpr {
+ public:
+  // Throws E10010 naming the expression and what is wrong with it.
+  static SymExpr parse(const std::string& text);
+
+  // The names of the symbols it reads, in order of first appearance.
+  std::vector<std::string> symbol_names() const;
+  // Its value with each symbol read through `value_of` (nullopt: unbound); nullopt when a
+  // symbol is unbound, a division by zero, or an int64 overflow.
+  std::optional<int64_t> evaluate(
+      const std::function<std::optional<int64_t>(const std::string&)>& value_of) const;
+  // Its range when each symbol ranges over [min, max] (interval arithmetic, clamped at 0 below).
+  std::pair<int64_t, int64_t> range(
+      const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range_of) const;
+  // A lone symbol's name ("s0"), or empty.
+  std::string single_symbol() const;
+
+  struct Node;
+
+ private:
+  std::shared_ptr<const Node> root_;
+};
+
+// The dim an expression denotes in `symbols`: static when every symbol it reads is bound (or it
+// reads none), the symbol itself when it is one, otherwise a derived symbol named by the text,
+// with its range from interval arithmetic. Reports problems through `fail`, which must throw.
+Dim resolve_sym_dim(const std::string& text, SymbolTable& symbols,
+                    const std::function<void(const std::string&)>& fail);
+
+}  // namespace kiln

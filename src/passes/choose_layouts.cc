@@ -1,0 +1,162 @@
+// Layout choice (stage format). Convolutions connected through their data (x or the residual r)
+// form a chain that shares one layout L, the one oneDNN's convolutions prefer on this CPU (format
+// `any`: nChw8c with AVX2, nhwc or nChw16c with AVX-512), so that activations stay in L from one
+// convolution to the next; explicit reorder nodes appear only where a chain meets the rest of the
+// graph (graph inputs and outputs stay plain, as PyTorch passes them):
+//   %a = conv2d(%x, %w1) ; %b = conv2d(%a, %w2) ; %c = relu(%b) ; output %c
+//     →  %xL = reorder(%x) {layout = L}
+//        %a' : <L> = conv2d(%xL, %w1) {layout = L} ; %b' : <L> = conv2d(%a', %w2) {layout = L}
+//        %p = reorder(%b') {layout = "plain"} ; %c = relu(%p) ; output %c
+// x stays as it is when its channels don't suit L (a stem convolution reads its 3 plain channels
+// directly). Only f32 convolutions whose output channels suit L join a chain. The weights stay
+// plain constants in the graph: each oneDNN convolution reorders them once, when its plan is
+// built, into the blocked layout it picks for L. A convolution whose layout is already set is
+// pinned: its chain takes that layout, and two different pinned layouts in one chain are E30012
+// (an explicit reorder between the two splits the chain).
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <utility>
+
+#include "kernels/cpu/layout.h"
+#include "passes/pass_list.h"
+
+namespace kiln {
+
+namespace {
+
+Layout layout_of(const Node& conv) {
+  Layout layout = Layout::Plain;
+  KILN_ASSERT(parse_layout(conv.attr_string("layout"), layout),
+              "conv2d " << conv.name() << " has an unchecked layout");
+  return layout;
+}
+
+// Operand positions that carry activations: x, and r when the epilogue has a residual.
+std::vector<size_t> data_inputs(const Node& conv) {
+  if (conv.attr_bool("residual")) return {0, conv.inputs().size() - 1};
+  return {0};
+}
+
+class ChooseLayouts final : public Pass {
+ public:
+  explicit ChooseLayouts(Layout preferred) : preferred_(preferred) {}
+  std::string name() const override { return "choose_layouts"; }
+
+  bool run(Graph& g) override {
+    std::vector<Node*> members;
+    for (Node* n : g.nodes())
+      if (joins(*n)) {
+        parent_[n] = n;
+        members.push_back(n);
+      }
+    for (Node* n : members)
+      for (size_t i : data_inputs(*n))
+        if (Node* p = n->input(i)->producer(); p && parent_.count(p)) parent_[find(p)] = find(n);
+
+    // Each chain's layout: its pinned one, else the preferred one.
+    std::unordered_map<Node*, Node*> pinned_by;  // chain root → its first pinned member
+    for (Node* n : members) {
+      if (layout_of(*n) == Layout::Plain) continue;
+      auto [it, first] = pinned_by.emplace(find(n), n);
+      if (!first && layout_of(*it->second) != layout_of(*n))
+        conflict(*it->second, *n, std::string("are pinned to layouts ") +
+                                      layout_name(layout_of(*it->second)) + " and " +
+                                      layout_name(layout_of(*n)));
+    }
+    auto chain_layout = [&](Node* n) {
+      auto it = pinned_by.find(find(n));
+      return it == pinned_by.end() ? preferred_ : layout_of(*it->second);
+    };
+    for (Node* n : members) {
+      const std::string problem = layout_problem(n->output()->type().shape, chain_layout(n));
+      if (!problem.empty())
+        conflict(*pinned_by.at(find(n)), *n, "share a layout, but for " + n->name() + ": " + problem);
+    }
+
+    bool changed = false;
+    for (Node* n : members) changed |= place(g, n, chain_layout(n));
+    for (Node* r : created_)
+      if (r->output()->users().empty() && !is_graph_output(g, r->output())) g.remove_node(r);
+    if (changed) g.topological_sort();
+    parent_.clear();
+    reorders_.clear();
+    created_.clear();
+    return changed;
+  }
+
+ private:
+  bool joins(const Node& n) const {
+    if (n.op() != "conv2d" || n.output()->type().dtype != DType::F32) return false;
+    return layout_of(n) != Layout::Plain ||
+           (preferred_ != Layout::Plain &&
+            layout_problem(n.output()->type().shape, preferred_).empty());
+  }
+
+  Node* find(Node* n) {
+    while (parent_[n] != n) n = parent_[n] = parent_[parent_[n]];
+    return n;
+  }
+
+  [[noreturn]] static void conflict(const Node& a, const Node& b, const std::string& what) {
+    throw_error(ErrorCode::FormatMismatch, "convolutions '", a.name(), "' and '", b.name(),
+                "' are in one chain (connected through their data) and ", what,
+                "; a chain shares one layout. Insert an explicit reorder between them, or pin "
+                "them to the same layout.");
+  }
+
+  static bool is_graph_output(const Graph& g, const Value* v) {
+    return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
+  }
+
+  // `v` in layout `layout`: itself, the source of a reorder that made it, or a (shared) new
+  // reorder; `v` unchanged when its channels don't suit the layout.
+  Value* in_layout(Graph& g, Value* v, Layout layout) {
+    if (v->type().layout == layout) return v;
+    if (Node* p = v->producer(); p && p->op() == "reorder" && p->input(0)->type().layout == layout)
+      return p->input(0);
+    if (!layout_problem(v->type().shape, layout).empty()) return v;
+    Value*& r = reorders_[{v, layout}];
+    if (!r) r = reorder(g, v, layout);
+    return r;
+  }
+
+  Value* reorder(Graph& g, Value* v, Layout layout) {
+    Value* r = g.add("reorder", {v}, {{"layout", std::string(layout_name(layout))}},
+                     v->name() + "_" + layout_name(layout));
+    created_.push_back(r->producer());
+    return r;
+  }
+
+  // Rebuilds `conv` in `layout` unless it already is; its old readers get a plain copy, which
+  // later chain members look through.
+  bool place(Graph& g, Node* conv, Layout layout) {
+    std::vector<Value*> inputs = conv->inputs();
+    for (size_t i : data_inputs(*conv)) inputs[i] = in_layout(g, inputs[i], layout);
+    if (layout_of(*conv) == layout && inputs == conv->inputs()) return false;
+    AttrMap attrs = conv->attrs();
+    attrs["layout"] = std::string(layout_name(layout));
+    Value* y = g.add("conv2d", inputs, std::move(attrs), conv->name());
+    Value* out = conv->output();
+    g.replace_all_uses(out, out->type().layout == layout ? y : reorder(g, y, out->type().layout));
+    g.remove_node(conv);
+    return true;
+  }
+
+  Layout preferred_;
+  std::unordered_map<Node*, Node*> parent_;  // union-find over chain members
+  std::map<std::pair<Value*, Layout>, Value*> reorders_;
+  std::vector<Node*> created_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_choose_layouts(Layout preferred) {
+  return std::make_unique<ChooseLayouts>(preferred);
+}
+
+std::unique_ptr<Pass> make_choose_layouts() {
+  return make_choose_layouts(cpu::onednn_preferred_conv_layout());
+}
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+// Helpers for the pass tests (test_pattern.cc, test_passes_*.cc): a pass run on textual IR,
+// compared before → after, plus a numeric check of the rewritten graph against the original.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "kiln/kiln.h"
+#include "ops_test_util.h"
+#include "passes/pass.h"
+
+namespace kiln::test {
+
+// Runs both graphs at optimization level 0 with reference kernels on the same random inputs
+// (static shapes only) and expects bit-identical outputs (any two NaNs match).
+inline void expect_same_results(const Graph& a, const Graph& b, uint32_t seed = 7) {
+  ASSERT_EQ(a.inputs().size(), b.inputs().size());
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs;
+  std::vector<TensorView> views;
+  for (const Value* in : a.inputs()) {
+    DType dt = in->type().dtype;
+    std::vector<int64_t> sizes = static_sizes(in->type().shape);
+    if (dt == DType::Bool) {
+      Tensor t = Tensor::empty(dt, sizes);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = rng() % 2;
+      inputs.push_back(t);
+    } else {
+      inputs.push_back(random_tensor(dt, sizes, rng));
+    }
+    views.push_back(inputs.back().view());
+  }
+  CompileOptions options{.optimization_level = 0, .kernel_policy = "reference", .verify = true};
+  auto ra = CompiledGraph::compile(a, options)->run(views);
+  auto rb = CompiledGraph::compile(b, options)->run(views);
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) EXPECT_TRUE(same_values(ra[i], rb[i])) << "output " << i;
+}
+
+// Parses `before`, runs `pass` on it and expects it to report a change, to print like `after`
+// (parsed and printed, so `after` may leave result types out) and to compute what `before` does.
+inline void expect_rewrite(Pass& pass, const std::string& before, const std::string& after) {
+  auto original = parse_graph(before);
+  auto g = original->clone();
+  EXPECT_TRUE(pass.run(*g)) << pass.name() << " reported no change";
+  verify(*g);
+  EXPECT_EQ(print_graph(*g), print_graph(*parse_graph(after)));
+  expect_same_results(*original, *g);
+}
+
+// Expects `pass` to leave the graph parsed from `text` exactly as it was, and to say so.
+inline void expect_unchanged(Pass& pass, const std::string& text) {
+  auto g = parse_graph(text);
+  std::string printed = print_graph(*g);
+  EXPECT_FALSE(pass.run(*g)) << pass.name() << " reported a change";
+  EXPECT_EQ(print_graph(*g), printed);
+}
+
+}  // namespace kiln::test

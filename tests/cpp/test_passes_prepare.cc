@@ -1,0 +1,190 @@
+// Stage prepare's clean-up passes on textual IR, before → after plus a numeric check against the
+// unoptimized graph: constant_folding, common_subexpression_elimination, copy_elimination,
+// dead_code_elimination.
+#include <gtest/gtest.h>
+
+#include "pass_test_util.h"
+#include "passes/pass_list.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_rewrite;
+using test::expect_unchanged;
+
+TEST(ConstantFolding, FoldsSubgraphsThatDependOnlyOnWeights) {
+  auto pass = make_constant_folding();
+  // permute(w) and b + b depend on weights only; the matmul and the final add read %x.
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : f32[2, 3]
+  const %w : f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %b : f32[2] = [0.5, -0.25]
+  %wt = permute(%w) {dims = [1, 0]}
+  %bb = add(%b, %b)
+  %b4 = mul(%bb, %bb)
+  %y = matmul(%x, %wt)
+  %z = add(%y, %b4)
+  output %z
+})",
+                 R"(
+graph @g {
+  input %x : f32[2, 3]
+  const %w : f32[2, 3] = [1, 2, 3, 4, 5, 6]
+  const %b : f32[2] = [0.5, -0.25]
+  const %wt_1 : f32[3, 2] = [1, 4, 2, 5, 3, 6]
+  const %bb_1 : f32[2] = [1.0, -0.5]
+  const %b4_1 : f32[2] = [1.0, 0.25]
+  %y = matmul(%x, %wt_1)
+  %z = add(%y, %b4_1)
+  output %z
+})");
+}
+
+TEST(ConstantFolding, FoldsNodesWithoutInputsAndGraphOutputs) {
+  auto pass = make_constant_folding();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : i64[3]
+  %r = arange() {end = 3, dtype = "i64"}
+  %s = add(%x, %r)
+  output %s, %r
+})",
+                 R"(
+graph @g {
+  input %x : i64[3]
+  const %r_1 : i64[3] = [0, 1, 2]
+  %s = add(%x, %r_1)
+  output %s, %r_1
+})");
+}
+
+TEST(ConstantFolding, LeavesGrowingAndInputDependentNodes) {
+  auto pass = make_constant_folding();
+  // 1 MiB of expanded bias would replace 16 bytes: it stays an expand.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[1024, 256, 4]
+  const %b : f32[4] = [1, 2, 3, 4]
+  %e = expand(%b) {size = [1024, 256, 4]}
+  %y = add(%x, %e)
+  %z = relu(%x)
+  output %y, %z
+})");
+}
+
+TEST(ConstantFolding, LeavesNodesWhoseKernelFailsForTheRunToReport) {
+  auto pass = make_constant_folding();
+  // Index 7 is out of range: folding must not throw at compile time nor fold garbage.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[2]
+  const %t : f32[3] = [1, 2, 3]
+  const %i : i64[1] = [7]
+  %s = index_select(%t, %i) {dim = 0}
+  %y = add(%x, %s)
+  output %y
+})");
+}
+
+TEST(CommonSubexpressionElimination, MergesEqualNodes) {
+  auto pass = make_common_subexpression_elimination();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : f32[2, 3]
+  %a = relu(%x)
+  %b = relu(%x)
+  %c = add(%a, %b)
+  %d = add(%b, %a)
+  %s1 = sum(%c) {dim = [1]}
+  %s2 = sum(%d) {dim = [1]}
+  output %s1, %s2
+})",
+                 R"(
+graph @g {
+  input %x : f32[2, 3]
+  %a = relu(%x)
+  %c = add(%a, %a)
+  %s1 = sum(%c) {dim = [1]}
+  output %s1, %s1
+})");
+}
+
+TEST(CommonSubexpressionElimination, KeepsNodesThatDifferInAttributesOrOperandOrder) {
+  auto pass = make_common_subexpression_elimination();
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[2, 3]
+  input %y : f32[2, 3]
+  %a = sum(%x) {dim = [1]}
+  %b = sum(%x) {dim = [0]}
+  %c = sub(%x, %y)
+  %d = sub(%y, %x)
+  %e = gelu(%x)
+  %f = gelu(%x) {approximate = "tanh"}
+  output %a, %b, %c, %d, %e, %f
+})");
+}
+
+TEST(CopyElimination, RemovesCopiesOfSameLayoutTensors) {
+  auto pass = make_copy_elimination();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : f32[2, 3]
+  %c = copy(%x)
+  %r = relu(%c)
+  %c2 = copy(%r)
+  output %c2, %c
+})",
+                 R"(
+graph @g {
+  input %x : f32[2, 3]
+  %r = relu(%x)
+  output %r, %x
+})");
+}
+
+TEST(CopyElimination, LeavesOtherNodes) {
+  auto pass = make_copy_elimination();
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[2, 3]
+  %c = to(%x) {dtype = "f64"}
+  %r = relu(%c)
+  output %r
+})");
+}
+
+TEST(DeadCodeElimination, RemovesUnusedNodesAndConstants) {
+  auto pass = make_dead_code_elimination();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : f32[3]
+  input %unused : f32[3]
+  const %w : f32[3] = [1, 2, 3]
+  const %v : f32[3] = [4, 5, 6]
+  const %k : f32[3] = [7, 8, 9]
+  %a = mul(%x, %w)
+  %dead = add(%a, %v)
+  %dead2 = relu(%dead)
+  output %a, %k
+})",
+                 R"(
+graph @g {
+  input %x : f32[3]
+  input %unused : f32[3]
+  const %w : f32[3] = [1, 2, 3]
+  const %k : f32[3] = [7, 8, 9]
+  %a = mul(%x, %w)
+  output %a, %k
+})");
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[3]
+  %a = relu(%x)
+  output %a
+})");
+}
+
+}  // namespace
+}  // namespace kiln
