@@ -58,7 +58,7 @@ test-asan: setup
 # and fails the target. (ODR check off: the instrumented copies of src/ir and src/model_file
 # override the library's on purpose.)
 FUZZ_BUILD := build/fuzz
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 30
 test-fuzz: build
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
