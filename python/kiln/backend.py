@@ -83,6 +83,8 @@ class KilnSubgraph(torch.nn.Module):
         # (around a fallback op, or by the caller) are made contiguous, a copy only for them.
         inputs = [args[i] for i in self.input_positions]
         outputs = self.compiled.run([t if t.is_contiguous() else t.contiguous() for t in inputs])
+        if not inputs:  # results follow the inputs' framework; with none they are NumPy
+            outputs = [torch.from_numpy(o) for o in outputs]
         return outputs[0] if self.single_output else tuple(outputs)
 
 

@@ -92,6 +92,25 @@ def test_unsupported_op_stays_in_pytorch():
     assert_as_accurate_as_eager(model, torch.compile(model, backend="kiln"), x)
 
 
+class ConstantsOnlyPartition(nn.Module):
+    """A Kiln partition with no runtime input (a ramp from arange) feeding an op left in
+    PyTorch: the partition must still hand PyTorch tensors back."""
+
+    def forward(self, x):
+        ramp = torch.arange(8, dtype=torch.float32) * 2
+        return x * torch.special.bessel_j0(ramp)
+
+
+def test_partition_without_inputs_returns_tensors():
+    model = ConstantsOnlyPartition().eval()
+    x = torch.randn(4, 8)
+    report = kiln.explain(model, x)
+    assert len(report.partitions) == 2, str(report)
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
 def test_fallback_disabled_is_E50001_listing_ops():
     model = WithUnsupportedOp().eval()
     compiled = torch.compile(model, backend="kiln",

@@ -307,3 +307,16 @@ def test_a_model_mixing_the_ops():
     check(block, "x", "y", ulp=5)
     report = kiln.explain(block, INPUTS["x"], INPUTS["y"], options=OPTIONS)
     assert len(report.partitions) == 1 and not report.fallback, str(report)
+
+
+# ------------------------------------------------------------------ creation from a tensor
+
+@pytest.mark.parametrize("fn, names", [
+    (lambda x: x + x.new_ones(33), "x"),
+    (lambda x: x.new_zeros((4, 33)) - x, "x"),
+    (lambda x: x * x.new_full((33,), 3.5), "x"),
+    (lambda i: i + i.new_ones(33), "i"),                          # i's dtype: i32
+    (lambda x: x + x.new_ones(33, dtype=torch.float64), "x"),    # f64
+], ids=["new_ones", "new_zeros", "new_full", "new_ones_int", "new_ones_f64"])
+def test_new_filled_tensors(fn, names):
+    check(fn, *names.split())

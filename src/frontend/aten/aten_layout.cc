@@ -91,6 +91,20 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   r.add("aten.arange.start_step", [arange](ConvertContext& ctx) {
     return arange(ctx, {{"start", ctx.number("start")}, {"step", ctx.number("step")}});
   });
+  // x.new_ones(size) and friends: a filled tensor of the node's dtype; x only lends defaults.
+  for (auto [target, fill] : {std::pair<const char*, double>{"aten.new_ones.default", 1.0},
+                              {"aten.new_zeros.default", 0.0}})
+    r.add(target, [fill](ConvertContext& ctx) -> std::vector<Value*> {
+      require_dense(ctx);
+      return {ctx.add("full", {}, {{"size", ctx.integers("size")}, {"fill_value", fill},
+                                   {"dtype", dtype_attr(ctx)}})};
+    });
+  r.add("aten.new_full.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    require_dense(ctx);
+    return {ctx.add("full", {}, {{"size", ctx.integers("size")},
+                                 {"fill_value", ctx.number("fill_value")},
+                                 {"dtype", dtype_attr(ctx)}})};
+  });
   r.add("prims.convert_element_type.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("a");
     if (x->type().dtype == ctx.output_dtype()) return {x};
