@@ -13,6 +13,24 @@
 
 namespace kiln::test {
 
+// Runs `g` at optimization level 0 (no passes) with the kernels of `policy` on `inputs`.
+inline std::vector<Tensor> run_with(const Graph& g, const std::string& policy,
+                                    const std::vector<Tensor>& inputs) {
+  std::vector<TensorView> views;
+  for (const Tensor& t : inputs) views.push_back(t.view());
+  CompileOptions options{.optimization_level = 0, .kernel_policy = policy, .verify = true};
+  return CompiledGraph::compile(g, options)->run(views);
+}
+
+// Uniform values in [-1, 1) for every input of `g` (static shapes only).
+inline std::vector<Tensor> random_inputs(const Graph& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs;
+  for (const Value* in : g.inputs())
+    inputs.push_back(random_tensor(in->type().dtype, static_sizes(in->type().shape), rng, -1, 1));
+  return inputs;
+}
+
 // Runs both graphs at optimization level 0 with reference kernels on the same random inputs
 // (static shapes only) and expects bit-identical outputs (any two NaNs match).
 inline void expect_same_results(const Graph& a, const Graph& b, uint32_t seed = 7) {

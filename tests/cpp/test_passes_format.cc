@@ -17,14 +17,7 @@ namespace {
 
 using test::expect_rewrite;
 using test::expect_unchanged;
-
-std::vector<Tensor> run_with(const Graph& g, const std::string& policy,
-                             const std::vector<Tensor>& inputs) {
-  std::vector<TensorView> views;
-  for (const Tensor& t : inputs) views.push_back(t.view());
-  CompileOptions options{.optimization_level = 0, .kernel_policy = policy, .verify = true};
-  return CompiledGraph::compile(g, options)->run(views);
-}
+using test::run_with;
 
 // A stem convolution (3 channels: stays plain), a residual convolution, then a 1x1 convolution
 // to a graph output and a max pooling, which reads only plain tensors.

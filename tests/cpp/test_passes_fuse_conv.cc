@@ -16,23 +16,8 @@ namespace {
 
 using test::expect_rewrite;
 using test::expect_unchanged;
-
-std::vector<Tensor> run_with(const Graph& g, const std::string& policy,
-                             const std::vector<Tensor>& inputs) {
-  std::vector<TensorView> views;
-  for (const Tensor& t : inputs) views.push_back(t.view());
-  CompileOptions options{.optimization_level = 0, .kernel_policy = policy, .verify = true};
-  return CompiledGraph::compile(g, options)->run(views);
-}
-
-std::vector<Tensor> random_inputs(const Graph& g, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<Tensor> inputs;
-  for (const Value* in : g.inputs())
-    inputs.push_back(
-        test::random_tensor(in->type().dtype, static_sizes(in->type().shape), rng, -1, 1));
-  return inputs;
-}
+using test::run_with;
+using test::random_inputs;
 
 // A constant of `sizes` in textual IR with values from `rng` in [lo, hi].
 std::string constant_text(const std::string& name, const std::vector<int64_t>& sizes,

@@ -13,14 +13,7 @@ namespace kiln {
 namespace {
 
 using test::expect_unchanged;
-
-std::vector<Tensor> run_with(const Graph& g, const std::string& policy,
-                             const std::vector<Tensor>& inputs) {
-  std::vector<TensorView> views;
-  for (const Tensor& t : inputs) views.push_back(t.view());
-  CompileOptions options{.optimization_level = 0, .kernel_policy = policy, .verify = true};
-  return CompiledGraph::compile(g, options)->run(views);
-}
+using test::run_with;
 
 // Expects `pass` to rewrite `before` into `after`, and the result to stay within
 // 2^bound_log2 * max(1, |y|) of the decomposed graph under both kernel policies. The fused ops
