@@ -35,6 +35,7 @@ class ConvertContext {
   Value* tensor(const std::string& arg) const;
   Value* optional_tensor(const std::string& arg) const;  // null for None
   std::vector<Value*> tensors(const std::string& arg) const;
+  std::vector<Value*> optional_tensors(const std::string& arg) const;  // null for each None
   int64_t integer(const std::string& arg) const;
   double number(const std::string& arg) const;  // an int or a float
   bool boolean(const std::string& arg) const;

@@ -1,4 +1,5 @@
 // Importing a serialized FX graph (docs/frontend.md) through the converter registry.
+#include <algorithm>
 #include <memory>
 #include <unordered_map>
 
@@ -84,15 +85,26 @@ Value* ConvertContext::optional_tensor(const std::string& name) const {
   return has(name) ? tensor(name) : nullptr;
 }
 
-std::vector<Value*> ConvertContext::tensors(const std::string& name) const {
+std::vector<Value*> ConvertContext::optional_tensors(const std::string& name) const {
   const Json& a = arg(name);
   if (!a.is_array()) unsupported("argument '" + name + "' is not a list of tensors");
   std::vector<Value*> out;
   for (const Json& item : a) {
+    if (item.is_null()) {
+      out.push_back(nullptr);
+      continue;
+    }
     if (!item.is_object() || !item.contains("ref"))
       unsupported("argument '" + name + "' holds something other than tensors");
     out.push_back(resolve_(item));
   }
+  return out;
+}
+
+std::vector<Value*> ConvertContext::tensors(const std::string& name) const {
+  std::vector<Value*> out = optional_tensors(name);
+  if (std::find(out.begin(), out.end(), nullptr) != out.end())
+    unsupported("argument '" + name + "' holds None where a tensor is needed");
   return out;
 }
 

@@ -9,6 +9,9 @@
 //   permute(permute(x, p), q)                                   → permute(x, p∘q), or x
 //   permute(x, p) moving only size-1 dims                       → reshape(x), or x
 //   reshape-like(reshape-like(x))                               → reshape(x), or x
+//   attention(q, k, v, mask) with a constant mask that masks nothing (bool: all true; float:
+//   all ±0, added to the scores)                               → attention(q, k, v)
+//   (torch.export materializes BERT's all-ones padding mask as such a constant)
 // Each rewrite applies only when the result has exactly x's type (dtype after promotion, shape
 // after broadcasting): mul(x: f32[3], ones: f32[2, 3]) broadcasts and stays.
 #include <cmath>
@@ -78,6 +81,16 @@ bool moves_only_unit_dims(const Value& v) {
   return true;
 }
 
+// The attention of the match without its mask input; same attributes.
+std::vector<Value*> drop_mask(Graph& g, const Match& m) {
+  Value* out = g.add("scaled_dot_product_attention", {m["q"], m["k"], m["v"]}, m.root->attrs());
+  if (out->type() != m.root->output(0)->type()) {  // the mask broadcast the output: keep it
+    g.remove_node(out->producer());
+    return {};
+  }
+  return {out};
+}
+
 std::vector<RewriteRule> rules() {
   auto zero_where = [](bool negative) {
     return constant_where([negative](double e) { return e == 0 && std::signbit(e) == negative; },
@@ -118,6 +131,19 @@ std::vector<RewriteRule> rules() {
                     if (m["x"]->type() == m.root->output(0)->type()) return {m["x"]};
                     return just(reshape_to(g, m["x"], *m.root->output(0)));
                   }},
+      RewriteRule{"attention_all_true_mask",
+                  op("scaled_dot_product_attention",
+                     {any("q"), any("k"), any("v"),
+                      constant_where([](double e) { return e != 0; }, "every element is true")
+                          .dtype(DType::Bool)}),
+                  drop_mask},
+      RewriteRule{"attention_zero_mask",
+                  op("scaled_dot_product_attention",
+                     {any("q"), any("k"), any("v"),
+                      constant_where([](double e) { return e == 0; }, "every element is ±0")
+                          .where([](const Value& m) { return m.type().dtype != DType::Bool; },
+                                 "added to the scores")}),
+                  drop_mask},
       RewriteRule{"reshape_chain", any_op(kReshapeLike, {any_op(kReshapeLike, {any("x")})}),
                   [](Graph& g, const Match& m) -> std::vector<Value*> {
                     if (m["x"]->type() == m.root->output(0)->type()) return {m["x"]};

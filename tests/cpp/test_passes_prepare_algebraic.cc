@@ -182,5 +182,48 @@ graph @g {
   EXPECT_EQ(g->outputs()[0], g->inputs()[0]);
 }
 
+// torch.export materializes an all-ones padding mask as a constant: attending with it is
+// attending without it, and the kernel's unmasked path is faster.
+TEST(AlgebraicSimplification, AttentionMaskThatMasksNothing) {
+  expect_rewrite(*pass(), R"(
+graph @g {
+  input %q : f32[1, 2, 3, 4]
+  input %k : f32[1, 2, 3, 4]
+  input %v : f32[1, 2, 3, 4]
+  const %all : bool[1, 1, 3, 3] = [true, true, true, true, true, true, true, true, true]
+  const %zero : f32[1, 1, 1, 3] = [0.0, -0.0, 0.0]
+  %a = scaled_dot_product_attention(%q, %k, %v, %all) {scale = 0.5}
+  %b = scaled_dot_product_attention(%q, %k, %v, %zero) {is_causal = true}
+  output %a, %b
+})",
+                 R"(
+graph @g {
+  input %q : f32[1, 2, 3, 4]
+  input %k : f32[1, 2, 3, 4]
+  input %v : f32[1, 2, 3, 4]
+  const %all : bool[1, 1, 3, 3] = [true, true, true, true, true, true, true, true, true]
+  const %zero : f32[1, 1, 1, 3] = [0.0, -0.0, 0.0]
+  %scaled_dot_product_attention : f32[1, 2, 3, 4] = scaled_dot_product_attention(%q, %k, %v) {scale = 0.5}
+  %scaled_dot_product_attention_1 : f32[1, 2, 3, 4] = scaled_dot_product_attention(%q, %k, %v) {is_causal = true}
+  output %scaled_dot_product_attention, %scaled_dot_product_attention_1
+})");
+}
+
+TEST(AlgebraicSimplification, AttentionMaskThatMasksMustStay) {
+  expect_unchanged(*pass(), R"(
+graph @g {
+  input %q : f32[1, 2, 3, 4]
+  input %k : f32[1, 2, 3, 4]
+  input %v : f32[1, 2, 3, 4]
+  input %runtime : bool[1, 1, 3, 3]
+  const %one_false : bool[1, 1, 1, 3] = [true, false, true]
+  const %bias : f32[1, 1, 1, 3] = [0.0, -inf, 0.0]
+  %a = scaled_dot_product_attention(%q, %k, %v, %runtime)
+  %b = scaled_dot_product_attention(%q, %k, %v, %one_false)
+  %c = scaled_dot_product_attention(%q, %k, %v, %bias)
+  output %a, %b, %c
+})");
+}
+
 }  // namespace
 }  // namespace kiln

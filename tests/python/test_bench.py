@@ -17,8 +17,8 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
     paths = {kind: tmp_path / "out" / f"results.{kind}" for kind in ("json", "md", "png")}
     run = subprocess.run(
         [sys.executable, "-m", "kiln.bench", "--size", "small", "--models", "resnet50",
-         "--backends", "eager,kiln", "--batch", "2", "--threads", "1", "--warmup", "1",
-         "--iterations", "3", "--json", str(paths["json"]), "--markdown", str(paths["md"]),
+         "--backends", "eager,kiln,kiln-offline", "--batch", "2", "--threads", "1",
+         "--warmup", "1", "--iterations", "3", "--json", str(paths["json"]), "--markdown", str(paths["md"]),
          "--plot", str(paths["png"])],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -27,7 +27,7 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
     assert results["settings"] == {"size": "small", "warmup": 1, "iterations": 3}
     assert results["machine"]["logical_cpus"] >= 1 and results["machine"]["cpu"]
     records = results["records"]
-    assert [r["backend"] for r in records] == ["eager", "kiln"]
+    assert [r["backend"] for r in records] == ["eager", "kiln", "kiln-offline"]
     for r in records:
         assert set(r) == set(FIELDS)
         assert r["status"] == "ok", r["status"]
@@ -36,6 +36,11 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
         assert 0 < r["latency_ms_median"] <= r["latency_ms_p90"]
         assert r["throughput_per_s"] == pytest.approx(2 / (r["latency_ms_median"] / 1e3))
         assert r["compile_s"] > 0 and r["peak_rss_mb"] > 0
+        # Only the offline model has a load step; it is part of its compile_s (export + load).
+        if r["backend"] == "kiln-offline":
+            assert 0 < r["load_s"] < r["compile_s"]
+        else:
+            assert r["load_s"] is None
         assert math.isfinite(r["max_abs_err"]) and math.isfinite(r["max_rel_err"])
         assert {"python", "torch", "transformers", "kiln"} <= set(r["versions"])
     # Eager is compared against itself on the same input: exactly equal.

@@ -1,4 +1,6 @@
 // Slicing, indexing, joining and splitting → Kiln's indexing and concat_split families.
+#include <algorithm>
+
 #include "frontend/converter.h"
 
 namespace kiln {
@@ -16,6 +18,49 @@ std::vector<Value*> split(ConvertContext& ctx, std::vector<int64_t> sizes) {
   std::vector<Value*> parts = ctx.graph().add_node(
       "split", {x}, {{"split_sizes", std::move(sizes)}, {"dim", dim}}, ctx.node_name());
   return parts;
+}
+
+// aten.index.Tensor, x[i0, i1, ...] with None for a dim taken whole. Kiln's index op takes its
+// index tensors on the leading dims, so the indexed dims move to the front, and the broadcast
+// index dims B then move to where PyTorch puts them: at the first indexed dim when the indexed
+// dims are adjacent, else in front (which is where index leaves them).
+std::vector<Value*> index_tensor(ConvertContext& ctx) {
+  Value* x = ctx.tensor("self");
+  const std::vector<Value*> slots = ctx.optional_tensors("indices");
+  const size_t rank = x->type().rank();
+  if (slots.size() > rank)
+    ctx.unsupported(std::to_string(slots.size()) + " indices for a tensor of rank " +
+                    std::to_string(rank));
+  std::vector<int64_t> indexed, rest;
+  std::vector<Value*> inputs = {x};
+  for (size_t d = 0; d < rank; ++d) {
+    Value* index = d < slots.size() ? slots[d] : nullptr;
+    if (!index) {
+      rest.push_back(static_cast<int64_t>(d));
+      continue;
+    }
+    if (is_floating(index->type().dtype) || index->type().dtype == DType::Bool ||
+        index->type().dtype == DType::U8)
+      ctx.unsupported("a boolean mask index (its output size depends on the data)");
+    indexed.push_back(static_cast<int64_t>(d));
+    inputs.push_back(index);
+  }
+  if (indexed.empty()) return {x};
+  std::vector<int64_t> order = indexed;
+  order.insert(order.end(), rest.begin(), rest.end());
+  if (!std::is_sorted(order.begin(), order.end()))
+    inputs[0] = ctx.add("permute", {x}, {{"dims", order}});
+  Value* y = ctx.add("index", inputs);
+  const bool adjacent = indexed.back() - indexed.front() + 1 == static_cast<int64_t>(indexed.size());
+  if (!adjacent || indexed.front() == 0) return {y};
+  // y is B + rest; the first indexed.front() dims of rest came before the indexed dims in x.
+  const int64_t out_rank = static_cast<int64_t>(y->type().rank());
+  const int64_t b = out_rank - static_cast<int64_t>(rest.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = b; d < b + indexed.front(); ++d) dims.push_back(d);
+  for (int64_t d = 0; d < b; ++d) dims.push_back(d);
+  for (int64_t d = b + indexed.front(); d < out_rank; ++d) dims.push_back(d);
+  return {ctx.add("permute", {y}, {{"dims", dims}})};
 }
 
 }  // namespace
@@ -44,6 +89,7 @@ void register_aten_index_converters(ConverterRegistry& r) {
     return {ctx.add("index_select", {ctx.tensor("self"), ctx.tensor("index")},
                     {{"dim", ctx.integer("dim")}})};
   });
+  r.add("aten.index.Tensor", index_tensor);
   r.add("aten.gather.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     if (ctx.boolean("sparse_grad")) ctx.unsupported("sparse_grad");
     return {ctx.add("gather", {ctx.tensor("self"), ctx.tensor("index")},

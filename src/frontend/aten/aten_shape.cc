@@ -48,6 +48,16 @@ void register_aten_shape_converters(ConverterRegistry& r) {
   r.add("aten.reshape.default", reshape);
   for (const char* t : {"aten.clone.default", "aten.alias.default", "aten.detach.default"})
     r.add(t, same_value);
+  // torch.export's guard on a tensor's metadata computes nothing; Kiln's types are fixed when
+  // converting, so its dtype check happens here, once (sizes are checked by shape inference).
+  r.add("aten._assert_tensor_metadata.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    const std::optional<DType> dtype = ctx.dtype("dtype");
+    const DType actual = ctx.tensor("a")->type().dtype;
+    if (dtype && *dtype != actual)
+      ctx.unsupported("it asserts dtype " + std::string(dtype_name(*dtype)) + " of a " +
+                      std::string(dtype_name(actual)) + " tensor");
+    return {nullptr};
+  });
   r.add("aten.permute.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("permute", {ctx.tensor("self")}, {{"dims", ctx.integers("dims")}})};
   });

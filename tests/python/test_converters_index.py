@@ -1,0 +1,58 @@
+"""aten.index.Tensor (advanced indexing) and torch.export's metadata guards through Kiln's
+converters (src/frontend/aten/aten_index.cc, aten_shape.cc), against eager, bit for bit: indexing
+moves elements without arithmetic. fallback_to_cpu=False makes every node convert."""
+
+import pytest
+import torch
+
+import kiln
+
+OPTIONS = {"operator_selection.fallback_to_cpu": False}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+X = torch.randn(3, 4, 5, 6, generator=torch.Generator().manual_seed(3))
+I = torch.tensor([[2, 0], [-1, 1]])          # negative indices wrap, as in PyTorch
+J = torch.tensor([0, 3, -2], dtype=torch.int32)
+
+# PyTorch puts the broadcast index dims at the first indexed dim when the indexed dims are
+# adjacent, else in front: each case below lands them in another place.
+CASES = {
+    "leading": lambda x, i, j: x[i],
+    "leading_two": lambda x, i, j: x[i, i[:, :1]],
+    "middle": lambda x, i, j: x[:, j],
+    "middle_adjacent_pair": lambda x, i, j: x[:, j, j.long()],
+    "last": lambda x, i, j: x[..., j],
+    "separated": lambda x, i, j: x[i, :, i],
+    "separated_broadcast": lambda x, i, j: x[:, j.view(3, 1), :, j.long()],
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_advanced_indexing_matches_eager(case):
+    fn = CASES[case]
+    expected = fn(X, I, J)
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    got = compiled(X, I, J)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected)
+
+
+def test_exported_model_with_metadata_asserts_and_indexing(tmp_path):
+    # torch.export leaves aten._assert_tensor_metadata guards in the graph (GPT-2's do); they
+    # compute nothing and must not keep a model out of an offline file.
+    class Gather(torch.nn.Module):
+        def forward(self, x, positions):
+            return x.to(torch.float32)[:, positions] + 1
+
+    model = Gather()
+    x, positions = torch.randn(2, 7, 3), torch.tensor([6, 0, 2])
+    path = tmp_path / "gather.kiln"
+    kiln.export(model, (x, positions), path)
+    assert torch.equal(kiln.load(path)(x, positions), model(x, positions))
