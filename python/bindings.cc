@@ -143,6 +143,21 @@ TensorView import_array(nb::handle obj, const std::string& what, Array& array) {
 }
 
 // Arrays read by one call, held until it returns.
+// A constant that uses the array's memory in place when Kiln's kernels can read it there
+// (contiguous and aligned to kAlignment), else a copy. The graph may outlive the call and be
+// freed on any thread, so its reference to the array is dropped under the GIL.
+Tensor borrow_or_copy(const TensorView& view, const nb::ndarray<nb::ro>& array) {
+  const bool in_place = view.numel() > 0 && view.is_contiguous() &&
+                        reinterpret_cast<uintptr_t>(view.data) % kAlignment == 0;
+  if (!in_place) return Tensor::copy_of(view);
+  std::shared_ptr<const void> owner(new nb::ndarray<nb::ro>(array), [](const void* p) {
+    if (!Py_IsInitialized()) return;  // the interpreter is gone, and the memory with it
+    nb::gil_scoped_acquire gil;
+    delete static_cast<const nb::ndarray<nb::ro>*>(p);
+  });
+  return Tensor::borrowed(view.dtype, view.sizes, view.data, std::move(owner));
+}
+
 struct ImportedArrays {
   std::vector<nb::ndarray<nb::ro>> arrays;
   std::vector<TensorView> views;
@@ -547,17 +562,18 @@ NB_MODULE(_C, m) {
   m.def(
       "import_fx",
       [](const std::string& graph_json, const nb::dict& constants) {
-        std::vector<nb::ndarray<nb::ro>> arrays(constants.size());
-        std::map<std::string, TensorView> views;
-        size_t i = 0;
+        std::map<std::string, Tensor> tensors;
         for (auto [key, value] : constants) {
           std::string name = nb::cast<std::string>(key);
-          views[name] = import_array(readable(value), "constant '" + name + "'", arrays[i++]);
+          nb::ndarray<nb::ro> array;
+          tensors[name] = borrow_or_copy(
+              import_array(readable(value), "constant '" + name + "'", array), array);
         }
-        return import_fx_graph(graph_json, views);
+        return import_fx_graph(graph_json, tensors);
       },
       "graph_json"_a, "constants"_a,
-      "Builds a Graph from a serialized ATen FX graph (docs/frontend.md), copying the constants.");
+      "Builds a Graph from a serialized ATen FX graph (docs/frontend.md). Contiguous, aligned "
+      "constants are used in place (the frozen weights are not copied), the others copied.");
   m.def("fx_node_support", &fx_node_support, "graph_json"_a,
         "For each node of a serialized FX graph: '' when Kiln converts it, else why not.");
   m.def("pass_names", [] { return default_pipeline().pass_names(); },

@@ -91,10 +91,10 @@ class ConverterRegistry {
 };
 
 // Builds a Kiln graph from a serialized FX graph; constants maps each placeholder of kind
-// "constant" to its data (copied). Throws E50001 for a node without a converter, E10020 for
+// "constant" to its data (a borrowed tensor is used in place: the frozen weights). Throws E50001 for a node without a converter, E10020 for
 // malformed JSON, E40001 when a converter's types disagree with PyTorch's.
 std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
-                                       const std::map<std::string, TensorView>& constants);
+                                       const std::map<std::string, Tensor>& constants);
 
 // For each call_function node: "" when it converts, else why not. Used to partition a graph
 // between Kiln and PyTorch.

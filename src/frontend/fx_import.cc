@@ -322,7 +322,7 @@ Value* lookup(const std::unordered_map<std::string, std::vector<Value*>>& values
 }  // namespace
 
 std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
-                                       const std::map<std::string, TensorView>& constants) {
+                                       const std::map<std::string, Tensor>& constants) {
   Json fx = parse_json(json_text);
   try {
     auto g = std::make_unique<Graph>(fx.value("name", "fx_graph"));
@@ -335,7 +335,7 @@ std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
         auto it = constants.find(name);
         if (it == constants.end())
           throw_error(ErrorCode::InvalidArgument, "no data given for constant '", name, "'");
-        values[name] = {g->add_constant(name, Tensor::copy_of(it->second))};
+        values[name] = {g->add_constant(name, it->second)};
       } else {
         values[name] = {g->add_input(name, shapes.type_of(p))};
       }

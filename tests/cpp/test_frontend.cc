@@ -33,8 +33,9 @@ TEST(Frontend, ImportsAndRunsLinearRelu) {
   float w[12], b[3] = {0.5f, -1.f, 0.f}, x[8];
   for (int i = 0; i < 12; ++i) w[i] = static_cast<float>(i % 5) - 2.f;
   for (int i = 0; i < 8; ++i) x[i] = static_cast<float>(i) * 0.25f - 1.f;
-  auto g = import_fx_graph(kLinearRelu, {{"w", TensorView{w, DType::F32, {3, 4}}},
-                                         {"b", TensorView{b, DType::F32, {3}}}});
+  auto g = import_fx_graph(kLinearRelu,
+                           {{"w", Tensor::copy_of(TensorView{w, DType::F32, {3, 4}})},
+                            {"b", Tensor::copy_of(TensorView{b, DType::F32, {3}})}});
   ASSERT_EQ(g->inputs().size(), 1u);
   EXPECT_EQ(g->constants().size(), 2u);
   EXPECT_NO_THROW(verify(*g));
@@ -69,8 +70,9 @@ TEST(Frontend, TypeDisagreementWithPyTorchIsCaught) {
   json.replace(json.find("\"shape\": [4, 3]"), 15, "\"shape\": [4, 2]");
   float w[12] = {}, b[3] = {};
   EXPECT_EQ(code_of([&] {
-              import_fx_graph(json, {{"w", TensorView{w, DType::F32, {3, 4}}},
-                                     {"b", TensorView{b, DType::F32, {3}}}});
+              import_fx_graph(json,
+                              {{"w", Tensor::copy_of(TensorView{w, DType::F32, {3, 4}})},
+                               {"b", Tensor::copy_of(TensorView{b, DType::F32, {3}})}});
             }),
             ErrorCode::InvalidGraph);
 }

@@ -94,8 +94,8 @@ TEST(NodeAnnotations, ImportedNodesCarryTheirModuleAndAtenOp) {
        "outputs": [{"dtype": "f32", "shape": [2, 3]}], "source": ""}],
     "outputs": [{"ref": "relu"}]})";
   float w[12] = {}, b[3] = {};
-  auto g = import_fx_graph(fx, {{"w", TensorView{w, DType::F32, {3, 4}}},
-                                {"b", TensorView{b, DType::F32, {3}}}});
+  auto g = import_fx_graph(fx, {{"w", Tensor::copy_of(TensorView{w, DType::F32, {3, 4}})},
+                                {"b", Tensor::copy_of(TensorView{b, DType::F32, {3}})}});
   std::map<std::string, int> from_addmm;
   for (const Node* node : g->nodes()) {
     if (node->op() == "relu") {
