@@ -8,6 +8,7 @@
 namespace kiln {
 
 // Stage prepare.
+std::unique_ptr<Pass> make_fold_transpose_into_matmul();
 std::unique_ptr<Pass> make_constant_folding();
 std::unique_ptr<Pass> make_algebraic_simplification();
 std::unique_ptr<Pass> make_copy_elimination();

@@ -12,6 +12,55 @@ namespace {
 using test::expect_rewrite;
 using test::expect_unchanged;
 
+// Linear layers arrive as matmul(x, permute(w)): the GEMM reads w transposed in place.
+TEST(FoldTransposeIntoMatmul, FoldsATransposedB) {
+  auto pass = make_fold_transpose_into_matmul();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : f32[2, 3]
+  input %k : f32[5, 4, 3]
+  input %q : f32[5, 2, 3]
+  input %x4 : f32[2, 4]
+  const %w : f32[4, 3] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+  const %bias : f32[4] = [0.5, -0.25, 1, 2]
+  %wt = permute(%w) {dims = [1, 0]}
+  %y = matmul(%x, %wt, %bias) {bias = true}
+  %kt = permute(%k) {dims = [0, -1, -2]}
+  %s = matmul(%q, %kt)
+  %back = permute(%w) {dims = [1, 0]}
+  %z = matmul(%x4, %back) {transpose_b = true}
+  output %y, %s, %z
+})",
+                 R"(
+graph @g {
+  input %x : f32[2, 3]
+  input %k : f32[5, 4, 3]
+  input %q : f32[5, 2, 3]
+  input %x4 : f32[2, 4]
+  const %w : f32[4, 3] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+  const %bias : f32[4] = [0.5, -0.25, 1, 2]
+  %y_1 : f32[2, 4] = matmul(%x, %w, %bias) {bias = true, transpose_b = true}
+  %s_1 : f32[5, 2, 4] = matmul(%q, %k) {transpose_b = true}
+  %z_1 : f32[2, 3] = matmul(%x4, %w)
+  output %y_1, %s_1, %z_1
+})");
+}
+
+TEST(FoldTransposeIntoMatmul, LeavesOtherPermutes) {
+  auto pass = make_fold_transpose_into_matmul();
+  // A permute that moves a batch dim, and one on A, are not B's transpose.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %a : f32[4, 2, 3]
+  input %b : f32[2, 4, 3]
+  %bt = permute(%b) {dims = [1, 2, 0]}
+  %y = matmul(%a, %bt)
+  %at = permute(%a) {dims = [0, 2, 1]}
+  %z = matmul(%at, %a)
+  output %y, %z
+})");
+}
+
 TEST(ConstantFolding, FoldsSubgraphsThatDependOnlyOnWeights) {
   auto pass = make_constant_folding();
   // permute(w) and b + b depend on weights only; the matmul and the final add read %x.
