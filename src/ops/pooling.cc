@@ -7,15 +7,18 @@
 //              count_include_pad = true, divisor_override = 0 (none))
 //   adaptive_avg_pool2d(x; output_size)
 //
+// max_pool2d and avg_pool2d are layout-aware: x may be in any layout (the format stage keeps a
+// chain of convolutions in its layout across them) and y is in x's.
+//
 // Size attributes take [h, w] or one value for both. Windows follow PyTorch exactly: padding at
 // most half the (dilated) window, ceil_mode's last window kept only when it starts inside the
 // input or the left padding, count_include_pad counting the declared padding but not what
 // ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
 //
-// Kernels, best first: for max, AVX2 (f32; oneDNN's max pooling drops NaNs); for averages,
-// the AVX2 global average (adaptive to 1x1, f32), oneDNN where it has a jit kernel (f32; plain
-// NCHW has one only with AVX-512), AVX2 (f32); then the reference loops (every dtype PyTorch
-// takes; f32 sums in double).
+// Kernels, best first: for max, AVX2 (f32, every layout; oneDNN's max pooling drops NaNs); for
+// averages, the AVX2 global average (adaptive to 1x1, f32), oneDNN where it has a jit kernel
+// (f32; plain NCHW has one only with AVX-512), AVX2 (f32, every layout); then the reference loops
+// (every dtype PyTorch takes; f32 sums in double; other layouts through plain copies).
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/channel_stats_avx2.h"
+#include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/pooling.h"
 #include "ops/op_registry.h"
@@ -121,7 +125,7 @@ void infer_window_pool(InferContext& ctx, bool has_dilation) {
   const size_t h = x.rank() - 2;
   out[h] = window_output_dim(ctx, x.shape[h], axes[0], "row");
   out[h + 1] = window_output_dim(ctx, x.shape[h + 1], axes[1], "column");
-  ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
+  ctx.set_output(0, TensorType{x.dtype, out, x.layout});  // the channels stay: so does the layout
 }
 
 void infer_max_pool2d(InferContext& ctx) {
@@ -159,7 +163,8 @@ Pool2dGeometry pool_geometry(const KernelSpec& spec, bool has_dilation) {
   const std::vector<int64_t> x = spec.input_sizes(0), y = spec.output_sizes(0);
   const size_t r = x.size();
   const auto axes = pool_axes(spec.node, has_dilation);
-  return Pool2dGeometry{.n = r == 4 ? x[0] : 1, .c = x[r - 3], .h = x[r - 2], .w = x[r - 1],
+  return Pool2dGeometry{.layout = spec.inputs[0].layout,
+                        .n = r == 4 ? x[0] : 1, .c = x[r - 3], .h = x[r - 2], .w = x[r - 1],
                         .oh = y[r - 2], .ow = y[r - 1],
                         .kh = axes[0].kernel, .kw = axes[1].kernel,
                         .stride_h = axes[0].stride, .stride_w = axes[1].stride,
@@ -300,12 +305,51 @@ void adaptive_avg_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int 
                   });
 }
 
-// A kernel calling run(geometry, x, y, threads) with x and y of the node's dtype.
+// The reference loops read and write plain tensors: x and y in another layout go through plain
+// copies in the scratch memory, as conv2d's reference does.
+template <typename T, typename Run>
+class ReferenceThroughPlain final : public KernelInstance {
+ public:
+  ReferenceThroughPlain(const Pool2dGeometry& g, Run run, int threads)
+      : g_(g), run_(std::move(run)), threads_(threads) {}
+
+  size_t scratch_bytes() const override { return y_offset() + bytes(g_.oh * g_.ow); }
+
+  void run(std::span<const void* const> in, std::span<void* const> out,
+           void* scratch) const override {
+    T* x = static_cast<T*>(scratch);
+    T* y = reinterpret_cast<T*>(static_cast<std::byte*>(scratch) + y_offset());
+    cpu::convert_layout(cpu::Nchw{g_.n, g_.c, g_.h, g_.w}, g_.layout,
+                        static_cast<const T*>(in[0]), Layout::Plain, x, threads_);
+    Pool2dGeometry plain = g_;
+    plain.layout = Layout::Plain;
+    run_(plain, static_cast<const T*>(x), y, threads_);
+    cpu::convert_layout(cpu::Nchw{g_.n, g_.c, g_.oh, g_.ow}, Layout::Plain, y, g_.layout,
+                        static_cast<T*>(out[0]), threads_);
+  }
+
+ private:
+  size_t bytes(int64_t plane) const {
+    return static_cast<size_t>(g_.n * g_.c * plane) * sizeof(T);
+  }
+  // The plain y after the plain x, aligned for any kernel use.
+  size_t y_offset() const {
+    return (bytes(g_.h * g_.w) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  Pool2dGeometry g_;
+  Run run_;
+  int threads_;
+};
+
+// A kernel calling run(geometry, x, y, threads) with x and y of the node's dtype, plain.
 template <typename Run>
 std::unique_ptr<KernelInstance> typed_kernel(const KernelSpec& spec, const Pool2dGeometry& g,
                                              Run run) {
   return visit_dtype(spec.inputs[0].dtype, [&](auto t) -> std::unique_ptr<KernelInstance> {
     using T = decltype(t);
+    if (g.layout != Layout::Plain)
+      return std::make_unique<ReferenceThroughPlain<T, Run>>(g, run, spec.threads);
     return make_kernel([g, run, threads = spec.threads](std::span<const void* const> in,
                                                         std::span<void* const> out) {
       run(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]), threads);
@@ -397,9 +441,10 @@ std::string avx2_unsupported(const KernelSpec& spec) {
   return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
 }
 
-// The AVX2 max or average pooling: planes split over threads, each thread keeping a plane's row
-// reductions in its own part of the scratch. Averages divide by row_divisors[oy] *
-// column_divisors[ox], PyTorch's count factored by axis.
+// The AVX2 max or average pooling. Plain: planes split over threads, each thread keeping a
+// plane's row reductions in its own part of the scratch. Channels-inner layouts: output rows
+// split over threads, channels in the vector lanes, no scratch. Averages divide by
+// row_divisors[oy] * column_divisors[ox], PyTorch's count factored by axis.
 class PoolAvx2 final : public KernelInstance {
  public:
   PoolAvx2(const Pool2dGeometry& g, int threads, bool max, std::vector<float> row_divisors = {},
@@ -408,6 +453,7 @@ class PoolAvx2 final : public KernelInstance {
         row_divisors_(std::move(row_divisors)), column_divisors_(std::move(column_divisors)) {}
 
   size_t scratch_bytes() const override {
+    if (g_.layout != Layout::Plain) return 0;
     return static_cast<size_t>(threads_ * g_.h * g_.ow) * sizeof(float);
   }
 
@@ -415,6 +461,18 @@ class PoolAvx2 final : public KernelInstance {
            void* scratch) const override {
     const auto* x = static_cast<const float*>(in[0]);
     auto* y = static_cast<float*>(out[0]);
+    if (g_.layout != Layout::Plain) {
+      const cpu::ChannelsInner v = cpu::channels_inner(g_);
+      cpu::parallel_chunks(v.outer * g_.oh, g_.ow * v.block * g_.kh * g_.kw, threads_,
+                           [&](int64_t begin, int64_t end) {
+        if (max_)
+          cpu::avx2::max_pool_channels_inner(g_, x, y, begin, end);
+        else
+          cpu::avx2::avg_pool_channels_inner(g_, x, y, begin, end, row_divisors_.data(),
+                                             column_divisors_.data());
+      });
+      return;
+    }
     cpu::parallel_chunks(g_.n * g_.c, g_.oh * g_.ow * g_.kh * g_.kw, threads_,
                          [&](int64_t begin, int64_t end) {
       const int thread = omp_get_thread_num();
@@ -509,6 +567,7 @@ void register_pooling_ops(OpRegistry& registry) {
                     {"dilation", std::vector<int64_t>{1}},
                     {"ceil_mode", false}};
   max_pool.infer = infer_max_pool2d;
+  max_pool.layout_aware = true;
 #ifdef KILN_X86
   max_pool.kernels.push_back({"avx2", "native", avx2_unsupported, max_pool_avx2});
 #endif
@@ -525,6 +584,7 @@ void register_pooling_ops(OpRegistry& registry) {
                     {"count_include_pad", true},
                     {"divisor_override", int64_t{0}}};
   avg_pool.infer = infer_avg_pool2d;
+  avg_pool.layout_aware = true;
   avg_pool.kernels.push_back({"onednn", "onednn", avg_pool_onednn_unsupported, avg_pool_onednn});
 #ifdef KILN_X86
   avg_pool.kernels.push_back({"avx2", "native", avx2_unsupported, avg_pool_avx2});

@@ -8,7 +8,12 @@
 //        %a' : <L> = conv2d(%xL, %w1) {layout = L} ; %b' : <L> = conv2d(%a', %w2) {layout = L}
 //        %p = reorder(%b') {layout = "plain"} ; %c = relu(%p) ; output %c
 // x stays as it is when its channels don't suit L (a stem convolution reads its 3 plain channels
-// directly). Only f32 convolutions whose output channels suit L join a chain. The weights stay
+// directly). Only f32 convolutions whose output channels suit L join a chain. A max or average
+// pooling of a chain member's output joins the chain too (pooling keeps the channels, and its
+// kernels take every layout), so ResNet's stem conv → max_pool2d → conv stays in L:
+//   %a : <L> = conv2d(...) ; %m = max_pool2d(%a) ; %b = conv2d(%m, %w)
+//     →  %m' : <L> = max_pool2d(%a) ; %b' : <L> = conv2d(%m', %w) {layout = L}
+// instead of reorders to plain before the pooling and back to L after it. The weights stay
 // plain constants in the graph: each oneDNN convolution reorders them once, when its plan is
 // built, into the blocked layout it picks for L. A convolution whose layout is already set is
 // pinned: its chain takes that layout, and two different pinned layouts in one chain are E30012
@@ -32,9 +37,13 @@ Layout layout_of(const Node& conv) {
   return layout;
 }
 
-// Operand positions that carry activations: x, and r when the epilogue has a residual.
-std::vector<size_t> data_inputs(const Node& conv) {
-  if (conv.attr_bool("residual")) return {0, conv.inputs().size() - 1};
+bool is_conv(const Node& n) { return n.op() == "conv2d"; }
+bool is_pool(const Node& n) { return n.op() == "max_pool2d" || n.op() == "avg_pool2d"; }
+
+// Operand positions that carry activations: x, and a convolution's r when its epilogue has a
+// residual.
+std::vector<size_t> data_inputs(const Node& n) {
+  if (is_conv(n) && n.attr_bool("residual")) return {0, n.inputs().size() - 1};
   return {0};
 }
 
@@ -54,10 +63,10 @@ class ChooseLayouts final : public Pass {
       for (size_t i : data_inputs(*n))
         if (Node* p = n->input(i)->producer(); p && parent_.count(p)) parent_[find(p)] = find(n);
 
-    // Each chain's layout: its pinned one, else the preferred one.
+    // Each chain's layout: its pinned one, else the preferred one. Only convolutions pin.
     std::unordered_map<Node*, Node*> pinned_by;  // chain root → its first pinned member
     for (Node* n : members) {
-      if (layout_of(*n) == Layout::Plain) continue;
+      if (!is_conv(*n) || layout_of(*n) == Layout::Plain) continue;
       auto [it, first] = pinned_by.emplace(find(n), n);
       if (!first && layout_of(*it->second) != layout_of(*n))
         conflict(*it->second, *n, std::string("are pinned to layouts ") +
@@ -86,8 +95,14 @@ class ChooseLayouts final : public Pass {
   }
 
  private:
+  // Nodes come in topological order, so a pooling's producer has been decided before it.
   bool joins(const Node& n) const {
-    if (n.op() != "conv2d" || n.output()->type().dtype != DType::F32) return false;
+    if (n.output()->type().dtype != DType::F32) return false;
+    if (is_pool(n)) {
+      Node* p = n.input(0)->producer();
+      return p && parent_.count(p);
+    }
+    if (!is_conv(n)) return false;
     return layout_of(n) != Layout::Plain ||
            (preferred_ != Layout::Plain &&
             layout_problem(n.output()->type().shape, preferred_).empty());
@@ -128,18 +143,23 @@ class ChooseLayouts final : public Pass {
     return r;
   }
 
-  // Rebuilds `conv` in `layout` unless it already is; its old readers get a plain copy, which
-  // later chain members look through.
-  bool place(Graph& g, Node* conv, Layout layout) {
-    std::vector<Value*> inputs = conv->inputs();
-    for (size_t i : data_inputs(*conv)) inputs[i] = in_layout(g, inputs[i], layout);
-    if (layout_of(*conv) == layout && inputs == conv->inputs()) return false;
-    AttrMap attrs = conv->attrs();
-    attrs["layout"] = std::string(layout_name(layout));
-    Value* y = g.add("conv2d", inputs, std::move(attrs), conv->name());
-    Value* out = conv->output();
-    g.replace_all_uses(out, out->type().layout == layout ? y : reorder(g, y, out->type().layout));
-    g.remove_node(conv);
+  // Rebuilds member `n` in `layout` unless it already is (a convolution's is its attribute, a
+  // pooling's its input's); its old readers get a plain copy, which later chain members look
+  // through.
+  bool place(Graph& g, Node* n, Layout layout) {
+    std::vector<Value*> inputs = n->inputs();
+    for (size_t i : data_inputs(*n)) inputs[i] = in_layout(g, inputs[i], layout);
+    if ((!is_conv(*n) || layout_of(*n) == layout) && inputs == n->inputs()) return false;
+    AttrMap attrs = n->attrs();
+    if (is_conv(*n)) attrs["layout"] = std::string(layout_name(layout));
+    Value* y = g.add(n->op(), inputs, std::move(attrs), n->name());
+    y->producer()->inherit_source(*n);
+    Value* out = n->output();
+    Value* same = out->type().layout == layout ? y : reorder(g, y, out->type().layout);
+    // The value in n's layout is what its origin computed (the precision check compares it).
+    same->producer()->inherit_source(*n);
+    g.replace_all_uses(out, same);
+    g.remove_node(n);
     return true;
   }
 

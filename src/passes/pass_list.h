@@ -18,6 +18,7 @@ std::unique_ptr<Pass> make_dead_code_elimination();
 // Stage fuse: matmul, elementwise and normalization patterns.
 std::unique_ptr<Pass> make_fuse_decomposed_gelu();
 std::unique_ptr<Pass> make_fuse_decomposed_layer_norm();
+std::unique_ptr<Pass> make_fuse_decomposed_rms_norm();
 std::unique_ptr<Pass> make_fuse_decomposed_softmax();
 std::unique_ptr<Pass> make_fuse_decomposed_attention();
 std::unique_ptr<Pass> make_fold_linear_batch_norm();

@@ -20,6 +20,7 @@ PassPipeline default_pipeline() {
   p.add_stage("fuse", 2);
   p.add(make_fuse_decomposed_gelu());
   p.add(make_fuse_decomposed_layer_norm());
+  p.add(make_fuse_decomposed_rms_norm());
   p.add(make_fuse_decomposed_softmax());
   p.add(make_fuse_decomposed_attention());
   p.add(make_fold_linear_batch_norm());

@@ -1,12 +1,15 @@
 // Helpers for the pass tests (test_pattern.cc, test_passes_*.cc): a pass run on textual IR,
-// compared before → after, plus a numeric check of the rewritten graph against the original.
+// compared before → after, plus a numeric check of the rewritten graph against the original
+// (bit for bit, or within a derived bound for recognizers that change the rounding).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 
+#include "kernel_harness.h"
 #include "kiln/kiln.h"
 #include "ops_test_util.h"
 #include "passes/pass.h"
@@ -74,6 +77,39 @@ inline void expect_unchanged(Pass& pass, const std::string& text) {
   std::string printed = print_graph(*g);
   EXPECT_FALSE(pass.run(*g)) << pass.name() << " reported a change";
   EXPECT_EQ(print_graph(*g), printed);
+}
+
+// Expects `pass` to rewrite `before` into `after`, and the result to stay within
+// 2^bound_log2 * max(1, |y|) of the decomposed graph under both kernel policies. The fused ops
+// evaluate the function with one rounding where the decomposed graph rounds after each of its
+// ops, so the two differ by the chain's accumulated rounding; each test derives its bound.
+inline void expect_recognized(Pass& pass, const std::string& before, const std::string& after,
+                              int bound_log2, double lo = -4, double hi = 4) {
+  auto original = parse_graph(before);
+  auto g = original->clone();
+  EXPECT_TRUE(pass.run(*g)) << pass.name() << " reported no change";
+  verify(*g);
+  EXPECT_EQ(print_graph(*g), print_graph(*parse_graph(after)));
+  std::mt19937 rng(23);
+  std::vector<Tensor> inputs;
+  for (const Value* in : original->inputs())
+    inputs.push_back(
+        random_tensor(in->type().dtype, static_sizes(in->type().shape), rng, lo, hi));
+  for (const char* policy : {"reference", "best"}) {
+    SCOPED_TRACE(policy);
+    std::vector<Tensor> want = run_with(*original, policy, inputs);
+    std::vector<Tensor> got = run_with(*g, policy, inputs);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::vector<double> w_values = values_as_double(want[i]);
+      const std::vector<double> v_values = values_as_double(got[i]);
+      for (size_t j = 0; j < w_values.size(); ++j) {
+        const double w = w_values[j], v = v_values[j];
+        ASSERT_LE(std::fabs(v - w), std::ldexp(std::max(1.0, std::fabs(w)), bound_log2))
+            << "output " << i << " element " << j;
+      }
+    }
+  }
 }
 
 }  // namespace kiln::test

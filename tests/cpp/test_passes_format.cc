@@ -1,14 +1,20 @@
 // The format stage (choose_layouts) on textual IR: convolution chains in a blocked layout with
-// reorders only at their boundaries, the numeric check against the plain graph with the reference
-// and the best kernels, pinned layouts and their conflict (E30012); the textual IR of layouts and
-// the rules that keep non-plain tensors away from ops that can't read them; the reorder op and
-// the convolution kernels in every layout.
+// reorders only at their boundaries, poolings inside the chains, the numeric check against the
+// plain graph with the reference and the best kernels, pinned layouts and their conflict (E30012),
+// a ResNet stem through the whole pipeline; the textual IR of layouts and the rules that keep
+// non-plain tensors away from ops that can't read them; the reorder op and the convolution and
+// pooling kernels in every layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "kernel_harness.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/layout.h"
 #include "pass_test_util.h"
 #include "passes/pass_list.h"
 
@@ -20,7 +26,8 @@ using test::expect_unchanged;
 using test::run_with;
 
 // A stem convolution (3 channels: stays plain), a residual convolution, then a 1x1 convolution
-// to a graph output and a max pooling, which reads only plain tensors.
+// to a graph output and a max pooling, which joins the chain: the reorder to plain moves after it,
+// onto the smaller tensor.
 const std::string kChain = R"(graph @g {
   input %x : f32[1, 3, 8, 8]
   input %r : f32[1, 8, 8, 8]
@@ -43,11 +50,11 @@ const std::string kChainBlocked = R"(graph @g {
   %a_1 : f32[1, 8, 8, 8]<nChw8c> = conv2d(%x, %w1) {fused_activation = "relu", layout = "nChw8c", padding = [1, 1]} @a_1
   %r_nChw8c : f32[1, 8, 8, 8]<nChw8c> = reorder(%r) {layout = "nChw8c"}
   %b_1 : f32[1, 8, 8, 8]<nChw8c> = conv2d(%a_1, %w2, %r_nChw8c) {layout = "nChw8c", padding = [1, 1], residual = true} @b_1
-  %b_1_plain = reorder(%b_1) {layout = "plain"}
-  %m = max_pool2d(%b_1_plain) {kernel_size = [2]}
   %c_1 : f32[1, 16, 8, 8]<nChw8c> = conv2d(%b_1, %w3) {layout = "nChw8c"} @c_1
   %c_1_plain = reorder(%c_1) {layout = "plain"}
-  output %c_1_plain, %m
+  %m_1 : f32[1, 8, 4, 4]<nChw8c> = max_pool2d(%b_1) {kernel_size = [2]}
+  %m_1_plain = reorder(%m_1) {layout = "plain"}
+  output %c_1_plain, %m_1_plain
 })";
 
 TEST(ChooseLayouts, ReordersOnlyAtChainBoundaries) {
@@ -252,6 +259,218 @@ TEST(Layouts, ConvKernelsInEveryLayout) {
       Tensor magnitude = test::create_and_run("conv2d", "reference", magnitude_spec, magnitudes);
       test::expect_within_dot_bound(got, want, magnitude, c / groups * 9 + 2,
                                     std::string("onednn ") + layout_name(layout));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- pooling in the chains
+
+// A stride-2 stem convolution, its max pooling and a 1x1 convolution, then an average pooling to
+// the graph output: the poolings take the chain's layout, so the only reorder left is the one to
+// the plain graph output (x's 3 channels don't suit nChw8c: the stem reads it plain).
+const std::string kPoolingChainAfter = R"(graph @g {
+  input %x : f32[1, 3, 16, 16]
+  input %w1 : f32[8, 3, 3, 3]
+  input %w2 : f32[16, 8, 1, 1]
+  %a_1 : f32[1, 8, 8, 8]<nChw8c> = conv2d(%x, %w1) {fused_activation = "relu", layout = "nChw8c", padding = [1, 1], stride = [2, 2]}
+  %m_1 : f32[1, 8, 4, 4]<nChw8c> = max_pool2d(%a_1) {kernel_size = [3], padding = [1], stride = [2]}
+  %b_1 : f32[1, 16, 4, 4]<nChw8c> = conv2d(%m_1, %w2) {layout = "nChw8c"}
+  %p_1 : f32[1, 16, 2, 2]<nChw8c> = avg_pool2d(%b_1) {kernel_size = [2]}
+  %p_1_plain = reorder(%p_1) {layout = "plain"}
+  output %p_1_plain
+})";
+
+TEST(ChooseLayouts, PoolingsJoinTheChain) {
+  auto pass = make_choose_layouts(Layout::NChw8c);
+  expect_rewrite(*pass, R"(graph @g {
+  input %x : f32[1, 3, 16, 16]
+  input %w1 : f32[8, 3, 3, 3]
+  input %w2 : f32[16, 8, 1, 1]
+  %a = conv2d(%x, %w1) {fused_activation = "relu", padding = [1, 1], stride = [2, 2]}
+  %m = max_pool2d(%a) {kernel_size = [3], padding = [1], stride = [2]}
+  %b = conv2d(%m, %w2)
+  %p = avg_pool2d(%b) {kernel_size = [2]}
+  output %p
+})",
+                 kPoolingChainAfter);
+  expect_unchanged(*pass, kPoolingChainAfter);
+}
+
+// A pooling of something outside any chain stays plain; so does one of a graph input.
+TEST(ChooseLayouts, PoolingOutsideChainsStaysPlain) {
+  expect_unchanged(*make_choose_layouts(Layout::NChw8c), R"(graph @g {
+  input %x : f32[1, 8, 8, 8]
+  input %w : f32[8, 8, 1, 1]
+  %r = relu(%x)
+  %m = max_pool2d(%r) {kernel_size = [2]}
+  %m8 = reorder(%m) {layout = "nChw8c"}
+  %c = conv2d(%m8, %w) {layout = "nChw8c"}
+  %p = reorder(%c) {layout = "plain"}
+  output %p
+})");
+}
+
+// ResNet-50's stem, conv → batch_norm → relu → max_pool2d → conv, through the whole pipeline (the
+// fuse stage folds the norm and fuses the relu): the max pooling reads the stem's output and
+// feeds the next convolution in the chain's layout, with no reorder around it; the format dump
+// shows it in that layout.
+TEST(ChooseLayouts, ResNetStemHasNoReorderAroundTheMaxPool) {
+  const Layout layout = cpu::onednn_preferred_conv_layout();
+  if (layout == Layout::Plain) GTEST_SKIP() << "oneDNN prefers plain tensors on this CPU";
+  std::mt19937 rng(8);
+  Graph g("stem");
+  Value* x = g.add_input("x", TensorType{DType::F32, make_shape({1, 3, 32, 32})});
+  auto constant = [&](const std::string& name, std::vector<int64_t> sizes, double lo, double hi) {
+    return g.add_constant(name, test::random_tensor(DType::F32, sizes, rng, lo, hi));
+  };
+  Value* conv1 = g.add("conv2d", {x, constant("w1", {16, 3, 7, 7}, -0.2, 0.2)},
+                       {{"stride", std::vector<int64_t>{2, 2}},
+                        {"padding", std::vector<int64_t>{3, 3}}},
+                       "conv1");
+  Value* bn = g.add("batch_norm", {conv1, constant("gamma", {16}, 0.5, 1.5),
+                                   constant("beta", {16}, -0.5, 0.5),
+                                   constant("mean", {16}, -0.5, 0.5),
+                                   constant("var", {16}, 0.5, 1.5)},
+                    {}, "bn1");
+  Value* pool = g.add("max_pool2d", {g.add("relu", {bn}, {}, "relu")},
+                      {{"kernel_size", std::vector<int64_t>{3}},
+                       {"stride", std::vector<int64_t>{2}},
+                       {"padding", std::vector<int64_t>{1}}},
+                      "maxpool");
+  g.set_outputs({g.add("conv2d", {pool, constant("w2", {16, 16, 1, 1}, -0.3, 0.3)}, {}, "conv2")});
+
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln_stem_" + std::to_string(rng()));
+  auto compiled = CompiledGraph::compile(
+      g, CompileOptions{.verify = true, .dump_type = "txt", .dump_path = dir.string()});
+  const Graph& optimized = compiled->graph();
+  const Node* maxpool = nullptr;
+  int reorders = 0;
+  for (const Node* n : optimized.nodes()) {
+    if (n->op() == "max_pool2d") maxpool = n;
+    reorders += n->op() == "reorder";
+  }
+  ASSERT_NE(maxpool, nullptr);
+  EXPECT_EQ(maxpool->input(0)->producer()->op(), "conv2d");
+  EXPECT_EQ(maxpool->output()->type().layout, layout);
+  for (const Node* user : maxpool->output()->users()) EXPECT_EQ(user->op(), "conv2d");
+  // The output's reorder to plain, and the input's when x's 3 channels suit the layout (nhwc).
+  EXPECT_EQ(reorders, layout_problem(x->type().shape, layout).empty() ? 2 : 1);
+
+  std::string format_dump;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().ends_with("_format.txt")) {
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      format_dump = text.str();
+    }
+  std::filesystem::remove_all(dir);
+  // The dump shows the pooling in the layout, reading the stem's output and read by no reorder.
+  std::istringstream lines(format_dump);
+  std::string line, pool_line;
+  while (std::getline(lines, line))
+    if (line.find(" = max_pool2d(") != std::string::npos) pool_line = line;
+  EXPECT_NE(pool_line.find(std::string("<") + layout_name(layout) + "> = max_pool2d(%"),
+            std::string::npos)
+      << format_dump;
+  const std::string pooled = pool_line.substr(pool_line.find('%'), pool_line.find(' ', 2) - 2);
+  EXPECT_EQ(format_dump.find("reorder(" + pooled + ")"), std::string::npos) << format_dump;
+  EXPECT_EQ(format_dump.find("reorder(%" + maxpool->input(0)->name() + ")"), std::string::npos)
+      << format_dump;
+
+  // And the pipeline's result is the plain reference's within the convolutions' dot bounds:
+  // |x| <= 1 and |w1| <= 0.2 over 147 terms bound conv1's error by 149·2⁻²⁴·29.4 < 2.7e-4; the
+  // folded norm scales it by at most 1.5/√0.5 < 2.2 and conv2's 16 terms of |w2| <= 0.3 by 4.8
+  // (2.9e-3), and conv2 rounds at most 18·2⁻²⁴·Σ|m·w2| < 3.4e-4 with |m| <= 2.2·29.4 + 0.5 more:
+  // under 4e-3 in all.
+  std::vector<Tensor> inputs = test::random_inputs(g, 9);
+  std::vector<Tensor> want = run_with(g, "reference", inputs);
+  std::vector<Tensor> got = compiled->run({inputs[0].view()});
+  ASSERT_EQ(got.size(), 1u);
+  for (int64_t i = 0; i < want[0].numel(); ++i)
+    ASSERT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 4e-3) << "element " << i;
+}
+
+// Max and average pooling in every layout: the reference (through plain copies) gives the plain
+// reference's values exactly; the AVX2 kernel gives max bit for bit (NaN and inf included) and
+// averages within (KH·KW + 2)·2⁻²⁴ of the windows' mean |x|, as does oneDNN's average pooling
+// where it has a jit kernel for the layout.
+TEST(Layouts, PoolKernelsInEveryLayout) {
+  struct Case {
+    std::string op;
+    AttrMap attrs;
+    int64_t window;  // KH·KW
+  };
+  auto ints = [](std::vector<int64_t> v) { return Attr(std::move(v)); };
+  const std::vector<Case> cases = {
+      {"max_pool2d", {{"kernel_size", ints({3})}, {"stride", ints({2})}, {"padding", ints({1})}},
+       9},
+      {"max_pool2d", {{"kernel_size", ints({2, 3})}, {"dilation", ints({2, 1})},
+                      {"ceil_mode", true}},
+       6},
+      {"avg_pool2d", {{"kernel_size", ints({3})}, {"stride", ints({2})}, {"padding", ints({1})},
+                      {"count_include_pad", false}},
+       9},
+      {"avg_pool2d", {{"kernel_size", ints({2})}, {"ceil_mode", true}}, 4},
+      {"avg_pool2d", {{"kernel_size", ints({3})}, {"stride", ints({1})},
+                      {"divisor_override", int64_t{5}}},
+       9},
+  };
+  const std::vector<std::pair<Layout, int64_t>> layouts = {
+      {Layout::NHWC, 3}, {Layout::NHWC, 20}, {Layout::NChw8c, 24}, {Layout::NChw16c, 32}};
+  std::mt19937 rng(4);
+  for (const auto& [layout, channels] : layouts) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.op + " in " + layout_name(layout) + " with " + std::to_string(channels) +
+                   " channels, " + std::to_string(&c - cases.data()));
+      const std::vector<int64_t> sizes{2, channels, 11, 9};
+      Graph g;
+      Value* plain_x = g.add_input("x", TensorType{DType::F32, make_shape(sizes)});
+      Value* x = g.add("reorder", {plain_x}, {{"layout", std::string(layout_name(layout))}});
+      Value* y = g.add(c.op, {x}, c.attrs);
+      Value* plain_y = g.add(c.op, {plain_x}, c.attrs);
+      ASSERT_EQ(y->type().layout, layout);
+      KernelSpec spec = test::spec_with_constants(*y->producer());
+      KernelSpec plain_spec = test::spec_with_constants(*plain_y->producer());
+      KernelSpec to_layout = test::spec_with_constants(*x->producer());
+
+      Tensor input = test::random_tensor(DType::F32, sizes, rng, -2, 2);
+      const bool max = c.op == "max_pool2d";
+      if (max) test::sprinkle_extremes(input, rng);
+      Tensor stored = test::create_and_run("reorder", "reference", to_layout, {input});
+      // The plain reference's result, stored in the layout as the kernels write it.
+      Graph r;
+      Value* rv = r.add_input("y", plain_y->type());
+      r.add("reorder", {rv}, {{"layout", std::string(layout_name(layout))}});
+      KernelSpec y_to_layout = test::spec_with_constants(*r.nodes()[0]);
+      Tensor want = test::create_and_run(
+          "reorder", "reference", y_to_layout,
+          {test::create_and_run(c.op, "reference", plain_spec, {input})});
+      EXPECT_TRUE(test::same_values(test::create_and_run(c.op, "reference", spec, {stored}), want));
+
+      std::vector<std::string> kernels;
+      for (const KernelDef& k : OpRegistry::instance().find(c.op)->kernels)
+        if (k.name != "reference" && k.unsupported_reason(spec).empty()) kernels.push_back(k.name);
+      if (test::has_kernel(c.op, "avx2") && cpu::has_avx2_fma())
+        EXPECT_NE(std::find(kernels.begin(), kernels.end(), "avx2"), kernels.end());
+      Tensor magnitude;
+      if (!max) {
+        Tensor abs_stored = test::abs_of(stored);
+        magnitude = test::create_and_run(c.op, "reference", spec, {abs_stored});
+      }
+      for (const std::string& kernel : kernels) {
+        SCOPED_TRACE(kernel);
+        Tensor got = test::create_and_run(c.op, kernel, spec, {stored});
+        if (max) {
+          EXPECT_TRUE(test::same_values(got, want));
+          continue;
+        }
+        for (int64_t i = 0; i < got.numel(); ++i)
+          ASSERT_LE(std::fabs(got.data<float>()[i] - want.data<float>()[i]),
+                    (c.window + 2) * std::ldexp(magnitude.data<float>()[i], -24))
+              << "element " << i;
+      }
     }
   }
 }

@@ -12,41 +12,9 @@
 namespace kiln {
 namespace {
 
+using test::expect_recognized;
 using test::expect_unchanged;
 using test::run_with;
-
-// Expects `pass` to rewrite `before` into `after`, and the result to stay within
-// 2^bound_log2 * max(1, |y|) of the decomposed graph under both kernel policies. The fused ops
-// evaluate the function with one rounding where the decomposed graph rounds after each of its
-// ops, so the two differ by the chain's accumulated rounding; each test derives its bound.
-void expect_recognized(Pass& pass, const std::string& before, const std::string& after,
-                       int bound_log2, double lo = -4, double hi = 4) {
-  auto original = parse_graph(before);
-  auto g = original->clone();
-  EXPECT_TRUE(pass.run(*g)) << pass.name() << " reported no change";
-  verify(*g);
-  EXPECT_EQ(print_graph(*g), print_graph(*parse_graph(after)));
-  std::mt19937 rng(23);
-  std::vector<Tensor> inputs;
-  for (const Value* in : original->inputs())
-    inputs.push_back(
-        test::random_tensor(in->type().dtype, static_sizes(in->type().shape), rng, lo, hi));
-  for (const char* policy : {"reference", "best"}) {
-    SCOPED_TRACE(policy);
-    std::vector<Tensor> want = run_with(*original, policy, inputs);
-    std::vector<Tensor> got = run_with(*g, policy, inputs);
-    ASSERT_EQ(want.size(), got.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      const std::vector<double> w_values = test::values_as_double(want[i]);
-      const std::vector<double> v_values = test::values_as_double(got[i]);
-      for (size_t j = 0; j < w_values.size(); ++j) {
-        const double w = w_values[j], v = v_values[j];
-        ASSERT_LE(std::fabs(v - w), std::ldexp(std::max(1.0, std::fabs(w)), bound_log2))
-            << "output " << i << " element " << j;
-      }
-    }
-  }
-}
 
 // ---------------------------------------------------------------- GELU
 

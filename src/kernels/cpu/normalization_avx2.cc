@@ -138,6 +138,42 @@ KILN_TARGET_AVX2 void layer_norm_row(const float* x, const float* weight, const 
                                   kBias ? _mm256_maskload_ps(bias + full, mask) : none));
 }
 
+template <bool kWeight>
+KILN_TARGET_AVX2 void rms_norm_row(const float* x, const float* weight, float* y, int64_t n,
+                                   double eps) {
+  const int64_t full = n - n % 8;
+  const __m256i mask = tail_mask(n - full);
+  __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
+  for (int64_t i = 0; i < full; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256d lo = low_half(v), hi = high_half(v);
+    acc_lo = _mm256_fmadd_pd(lo, lo, acc_lo);
+    acc_hi = _mm256_fmadd_pd(hi, hi, acc_hi);
+  }
+  double squares = sum_lanes(_mm256_add_pd(acc_lo, acc_hi));
+  for (int64_t i = full; i < n; ++i) squares += double(x[i]) * double(x[i]);
+  const __m256d rstd = _mm256_set1_pd(1.0 / std::sqrt(squares / static_cast<double>(n) + eps));
+
+  // y = x * rstd * weight in double, rounded to f32 once (the reference's order).
+  auto scale = [&](__m256 v, __m256 w) KILN_TARGET_AVX2 {
+    __m256d lo = _mm256_mul_pd(low_half(v), rstd);
+    __m256d hi = _mm256_mul_pd(high_half(v), rstd);
+    if constexpr (kWeight) {
+      lo = _mm256_mul_pd(lo, low_half(w));
+      hi = _mm256_mul_pd(hi, high_half(w));
+    }
+    return to_float(lo, hi);
+  };
+  const __m256 none = _mm256_setzero_ps();
+  for (int64_t i = 0; i < full; i += 8)
+    _mm256_storeu_ps(y + i,
+                     scale(_mm256_loadu_ps(x + i), kWeight ? _mm256_loadu_ps(weight + i) : none));
+  if (full < n)
+    _mm256_maskstore_ps(y + full, mask,
+                        scale(_mm256_maskload_ps(x + full, mask),
+                              kWeight ? _mm256_maskload_ps(weight + full, mask) : none));
+}
+
 }  // namespace
 
 KILN_TARGET_AVX2 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
@@ -176,6 +212,12 @@ KILN_TARGET_AVX2 void layer_norm(const float* x, const float* weight, const floa
   else if (weight) each_row(layer_norm_row<true, false>);
   else if (bias) each_row(layer_norm_row<false, true>);
   else each_row(layer_norm_row<false, false>);
+}
+
+KILN_TARGET_AVX2 void rms_norm(const float* x, const float* weight, float* y, int64_t rows,
+                               int64_t n, double eps) {
+  for (int64_t r = 0; r < rows; ++r)
+    (weight ? rms_norm_row<true> : rms_norm_row<false>)(x + r * n, weight, y + r * n, n, eps);
 }
 
 }  // namespace kiln::cpu::avx2

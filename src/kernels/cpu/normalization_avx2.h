@@ -1,4 +1,4 @@
-// AVX2+FMA kernels for f32 softmax and layer norm (x86 only; call them only when
+// AVX2+FMA kernels for f32 softmax, layer norm and RMS norm (x86 only; call them only when
 // has_avx2_fma()). Sums run in double, so the results stay within a few ULP of the reference
 // kernels however long the rows are.
 #pragma once
@@ -22,6 +22,10 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t stride, int64_
 // weight and bias (n elements each) optional (null).
 void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
                 int64_t n, double eps);
+
+// RMS norm of `rows` rows of n elements: y = x / sqrt(mean(x²) + eps) * weight, the weight (n
+// elements) optional (null). One pass for the sum of squares, one to scale.
+void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, double eps);
 
 }  // namespace avx2
 #endif

@@ -1,5 +1,5 @@
 // 2-D pooling on the CPU: the problem description shared by the pooling ops' kernels, oneDNN's
-// average pooling and the AVX2 max and average pooling.
+// average pooling and the AVX2 max and average pooling (plain, and channels-inner layouts).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +11,11 @@
 
 namespace kiln::cpu {
 
-// y[N, C, OH, OW] from windows of x[N, C, H, W] (dense row-major): window (oy, ox) covers rows
-// oy * stride_h - pad_top + ky * dilation_h for ky < kh, and the same for columns.
+// y[N, C, OH, OW] from windows of x[N, C, H, W], both stored in `layout` (include/kiln/shape.h;
+// plain is dense row-major): window (oy, ox) covers rows oy * stride_h - pad_top + ky *
+// dilation_h for ky < kh, and the same for columns.
 struct Pool2dGeometry {
+  Layout layout = Layout::Plain;
   int64_t n = 0, c = 0, h = 0, w = 0;
   int64_t oh = 0, ow = 0;
   int64_t kh = 1, kw = 1;
@@ -26,13 +28,24 @@ struct Pool2dGeometry {
   int64_t reach_bottom = 0, reach_right = 0;
 };
 
+// A channels-inner layout (nhwc, nChw8c, nChw16c) viewed as [outer, H, W, block]: nhwc has
+// outer N and block C, the blocked layouts outer N·C/b and block b.
+struct ChannelsInner {
+  int64_t outer, block;
+};
+inline ChannelsInner channels_inner(const Pool2dGeometry& g) {
+  if (g.layout == Layout::NHWC) return {g.n, g.c};
+  const int64_t b = layout_channel_block(g.layout);
+  return {g.n * (g.c / b), b};
+}
+
 enum class PoolAlgorithm {
   AvgIncludePadding,  // divides by kh * kw: the windows must not overhang the declared padding
   AvgExcludePadding,  // divides by the number of input elements in the window
 };
 
-// Average pooling through oneDNN: f32; no zero-size tensors. (oneDNN's max pooling is not used:
-// it drops NaNs, where PyTorch's max propagates them.)
+// Average pooling through oneDNN, x and y in g.layout: f32; no zero-size tensors. (oneDNN's max
+// pooling is not used: it drops NaNs, where PyTorch's max propagates them.)
 std::unique_ptr<KernelInstance> create_onednn_pool2d(const Pool2dGeometry& g,
                                                      PoolAlgorithm algorithm,
                                                      const KernelSpec& spec);
@@ -52,6 +65,16 @@ void max_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t 
 void avg_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                      int64_t end, float* rows, const float* row_divisors,
                      const float* column_divisors);
+
+// The same on a channels-inner layout (g.layout nhwc, nChw8c or nChw16c): x viewed as
+// [outer, H, W, block] (nhwc: outer N, block C; blocked: outer N·C/b, block b), y likewise;
+// output rows [begin, end) of outer·OH. Each output pixel reduces its window 8 channels at a
+// time in the reference's row-major order, so max is bit for bit the reference's and averages
+// sum in f32 before dividing.
+void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
+                             int64_t end);
+void avg_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
+                             int64_t end, const float* row_divisors, const float* column_divisors);
 }  // namespace avx2
 #endif
 

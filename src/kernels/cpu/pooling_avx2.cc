@@ -138,7 +138,44 @@ struct DivideByCount {
                                          _mm256_maskload_ps(column_divisors + ox, mask));
     return _mm256_div_ps(sum, divisor);
   }
+  // One output pixel's divisor, for every channel lane.
+  KILN_TARGET_AVX2 __m256 operator()(__m256 sum, int64_t oy, int64_t ox) const {
+    return _mm256_div_ps(sum, _mm256_set1_ps(row_divisors[oy] * column_divisors[ox]));
+  }
 };
+
+struct UnchangedPixel {
+  KILN_TARGET_AVX2 __m256 operator()(__m256 v, int64_t, int64_t) const { return v; }
+};
+
+// Channels-inner pooling (see pooling.h): the channels are the vector lanes, so every window
+// element is one contiguous load of up to 8 channels.
+template <typename R, typename Finish>
+KILN_TARGET_AVX2 void pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y,
+                                          int64_t begin, int64_t end, Finish finish) {
+  const ChannelsInner v = channels_inner(g);
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t o = row / g.oh, oy = row % g.oh;
+    const float* image = x + o * g.h * g.w * v.block;
+    float* y_row = y + row * g.ow * v.block;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      for (int64_t c = 0; c < v.block; c += 8) {
+        const __m256i mask = tail_mask(std::min<int64_t>(8, v.block - c));
+        typename R::Vector r;
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
+            if (ix >= 0 && ix < g.w)
+              r.add(_mm256_maskload_ps(image + (iy * g.w + ix) * v.block + c, mask));
+          }
+        }
+        _mm256_maskstore_ps(y_row + ox * v.block + c, mask, finish(r.result(), oy, ox));
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -151,6 +188,19 @@ KILN_TARGET_AVX2 void avg_pool_planes(const Pool2dGeometry& g, const float* x, f
                                       int64_t begin, int64_t end, float* rows,
                                       const float* row_divisors, const float* column_divisors) {
   pool_planes<SumReduction>(g, x, y, begin, end, rows, DivideByCount{row_divisors, column_divisors});
+}
+
+KILN_TARGET_AVX2 void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y,
+                                              int64_t begin, int64_t end) {
+  pool_channels_inner<MaxReduction>(g, x, y, begin, end, UnchangedPixel{});
+}
+
+KILN_TARGET_AVX2 void avg_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y,
+                                              int64_t begin, int64_t end,
+                                              const float* row_divisors,
+                                              const float* column_divisors) {
+  pool_channels_inner<SumReduction>(g, x, y, begin, end,
+                                    DivideByCount{row_divisors, column_divisors});
 }
 
 }  // namespace kiln::cpu::avx2

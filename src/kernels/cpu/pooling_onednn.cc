@@ -1,8 +1,11 @@
-// 2-D average pooling through oneDNN's pooling, forward inference, on plain NCHW f32.
+// 2-D average pooling through oneDNN's pooling, forward inference, f32, source and destination in
+// the geometry's layout (plain NCHW, or the channels-last and blocked layouts the format stage
+// picks, where oneDNN has jit kernels on AVX2 too).
 #include <string>
 #include <unordered_map>
 
 #include "kernels/cpu/library_threads.h"
+#include "kernels/cpu/onednn_layout.h"
 #include "kernels/cpu/onednn_util.h"
 #include "kernels/cpu/pooling.h"
 
@@ -22,7 +25,8 @@ dnnl::pooling_forward::primitive_desc primitive_desc_of(const Pool2dGeometry& g,
                                                         PoolAlgorithm algorithm) {
   dnnl::pooling_forward::desc desc(
       dnnl::prop_kind::forward_inference, onednn_algorithm(algorithm),
-      plain_f32_desc({g.n, g.c, g.h, g.w}), plain_f32_desc({g.n, g.c, g.oh, g.ow}),
+      onednn_f32_desc({g.n, g.c, g.h, g.w}, g.layout),
+      onednn_f32_desc({g.n, g.c, g.oh, g.ow}, g.layout),
       {g.stride_h, g.stride_w}, {g.kh, g.kw}, {g.pad_h, g.pad_w}, {g.reach_bottom, g.reach_right});
   return dnnl::pooling_forward::primitive_desc(desc, user_scratchpad_attr(), onednn_engine());
 }
