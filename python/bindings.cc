@@ -21,6 +21,7 @@
 
 #include "frontend/converter.h"
 #include "passes/pass.h"
+#include "runtime/profiler.h"
 #include "kiln/kiln.h"
 #include "kiln/model.h"
 
@@ -142,7 +143,6 @@ TensorView import_array(nb::handle obj, const std::string& what, Array& array) {
   return view;
 }
 
-// Arrays read by one call, held until it returns.
 // A constant that uses the array's memory in place when Kiln's kernels can read it there
 // (contiguous and aligned to kAlignment), else a copy. The graph may outlive the call and be
 // freed on any thread, so its reference to the array is dropped under the GIL.
@@ -158,6 +158,7 @@ Tensor borrow_or_copy(const TensorView& view, const nb::ndarray<nb::ro>& array) 
   return Tensor::borrowed(view.dtype, view.sizes, view.data, std::move(owner));
 }
 
+// Arrays read by one call, held until it returns.
 struct ImportedArrays {
   std::vector<nb::ndarray<nb::ro>> arrays;
   std::vector<TensorView> views;
@@ -209,6 +210,64 @@ std::vector<nb::object> run_and_export(const CompiledGraph& compiled,
   std::vector<nb::object> outputs;
   for (Tensor& t : results) outputs.push_back(export_tensor(std::move(t), as_torch));
   return outputs;
+}
+
+// The precision check's observer (python/kiln/_precision.py): a copy of every output of each
+// node computing an FX node's output (annotation "fx") in the plain layout, in execution order.
+// Outputs in a blocked layout are counted as skipped: PyTorch has no equivalent to compare.
+struct CaptureObserver : RunObserver {
+  struct Capture {
+    std::string fx, node, op, kernel, aten, source;
+    size_t output;
+    std::string input_shapes;
+    Tensor value;
+  };
+  std::vector<Capture> captures;
+  size_t skipped = 0;
+
+  void on_node(const NodeRun& run) override {
+    const std::string fx = run.node.annotation("fx");
+    if (fx.empty()) return;
+    std::string shapes;
+    for (size_t i = 0; i < run.inputs.size(); ++i)
+      shapes.append(i ? "x" : "").append(shape_string(run.inputs[i].sizes));
+    for (size_t k = 0; k < run.outputs.size(); ++k) {
+      if (run.node.output(k)->type().layout != Layout::Plain) {
+        ++skipped;
+        continue;
+      }
+      captures.push_back(Capture{fx, run.node.name(), run.node.op(), run.kernel,
+                                 run.node.annotation("aten"), run.node.annotation("source"), k,
+                                 shapes, Tensor::copy_of(run.outputs[k])});
+    }
+  }
+};
+
+nb::tuple run_capture(const CompiledGraph& compiled, const std::vector<nb::handle>& inputs) {
+  ImportedArrays imported = import_inputs(inputs);
+  std::vector<Tensor> results;
+  CaptureObserver observer;
+  {
+    nb::gil_scoped_release release;
+    results = compiled.run(imported.views, observer);
+  }
+  bool as_torch = !inputs.empty() && is_torch_tensor(inputs[0]);
+  nb::list outputs, captures;
+  for (Tensor& t : results) outputs.append(export_tensor(std::move(t), as_torch));
+  for (CaptureObserver::Capture& c : observer.captures) {
+    nb::dict d;
+    d["fx"] = c.fx;
+    d["node"] = c.node;
+    d["op"] = c.op;
+    d["kernel"] = c.kernel;
+    d["aten"] = c.aten;
+    d["source"] = c.source;
+    d["output"] = c.output;
+    d["input_shapes"] = c.input_shapes;
+    d["value"] = export_tensor(std::move(c.value), as_torch);
+    captures.append(d);
+  }
+  return nb::make_tuple(outputs, captures, observer.skipped);
 }
 
 void run_into(const CompiledGraph& compiled, const std::vector<nb::handle>& inputs,
@@ -534,6 +593,8 @@ NB_MODULE(_C, m) {
           "What the memory planner did for these input sizes: a dict with arena_bytes, "
           "intermediate_bytes (all intermediates unshared), peak_live_bytes (the lower bound), "
           "buffers, in_place, placement and schedule.")
+      .def("cached_plans", &CompiledGraph::cached_plans,
+           "The input sizes of the cached plans, most recently used first (gears included).")
       .def("memory_plan", &CompiledGraph::memory_plan, "input_sizes"_a, "format"_a = "table",
            "The memory plan for these input sizes as a table ('table': buffer, size, offset, "
            "first and last step, producer) or an SVG chart of offset over time ('svg').")
@@ -556,6 +617,15 @@ NB_MODULE(_C, m) {
           },
           "Every pass run of the compile, in order: dicts with pass, stage, round, changed, "
           "nodes_before, nodes_after, seconds.")
+      .def("run_capture",
+           [](const CompiledGraph& c, nb::handle inputs) {
+             return run_capture(c, sequence_items(inputs, "inputs"));
+           },
+           "inputs"_a,
+           "Runs like run(inputs) and also returns a copy of each output of every node that "
+           "computes an FX node's output (the precision check): (outputs, captures, skipped), "
+           "captures in execution order as dicts with fx, node, op, kernel, aten, source, "
+           "output (index), input_shapes and value; skipped counts outputs in a blocked layout.")
       .def("pipeline_warnings", &CompiledGraph::pipeline_warnings,
            "Fixed-point groups of the pipeline that hit their round cap (empty when all converged).");
 
@@ -576,6 +646,24 @@ NB_MODULE(_C, m) {
       "constants are used in place (the frozen weights are not copied), the others copied.");
   m.def("fx_node_support", &fx_node_support, "graph_json"_a,
         "For each node of a serialized FX graph: '' when Kiln converts it, else why not.");
+  m.def(
+      "write_profiles",
+      [](const std::string& path, size_t top) {
+        nb::list reports;
+        for (const std::shared_ptr<Profiler>& p : Profiler::shared_profilers()) {
+          if (!path.empty() && p->path() != path) continue;
+          p->write();
+          nb::dict d;
+          d["path"] = p->path();
+          d["runs"] = p->runs();
+          d["summary"] = p->summary(top);
+          reports.append(d);
+        }
+        return reports;
+      },
+      "path"_a = "", "top"_a = 15,
+      "Writes the profiles of the graphs alive now (debug.profile, KILN_PROFILE), or only the "
+      "one at `path`; returns [{path, runs, summary}] with the top nodes by time as a table.");
   m.def("pass_names", [] { return default_pipeline().pass_names(); },
         "The passes of Kiln's pipeline, in order (for disabled_passes).");
   m.def("converter_targets", [] { return ConverterRegistry::instance().targets(); },
@@ -634,8 +722,13 @@ NB_MODULE(_C, m) {
       [](const Graph& graph, int threads, int optimization_level, std::string kernel_policy,
          bool verify, std::vector<std::string> disabled_passes, size_t plan_cache_capacity,
          std::string dump_type, std::string dump_path, size_t memory_reuse_threshold,
-         std::string memory_optimization_level, std::shared_ptr<MemoryPool> memory_pool) {
+         std::string memory_optimization_level, std::shared_ptr<MemoryPool> memory_pool,
+         std::vector<std::vector<std::vector<int64_t>>> gears, bool pad_to_gear,
+         std::string profile_path) {
         CompileOptions options;
+        options.profile_path = std::move(profile_path);
+        options.gears = std::move(gears);
+        options.pad_to_gear = pad_to_gear;
         options.memory_reuse_threshold = memory_reuse_threshold;
         options.memory_optimization_level = std::move(memory_optimization_level);
         options.memory_pool = std::move(memory_pool);
@@ -655,5 +748,7 @@ NB_MODULE(_C, m) {
       "disabled_passes"_a = std::vector<std::string>(), "plan_cache_capacity"_a = 16,
       "dump_type"_a = "", "dump_path"_a = "./kiln_dump", "memory_reuse_threshold"_a = 0,
       "memory_optimization_level"_a = "default", "memory_pool"_a.none() = nb::none(),
+      "gears"_a = std::vector<std::vector<std::vector<int64_t>>>(), "pad_to_gear"_a = false,
+      "profile_path"_a = "",
       "Compiles a graph (the graph is copied; later edits don't affect the result).");
 }

@@ -3,6 +3,7 @@
 //   kiln info  model.kiln
 //   kiln run   model.kiln [--input NAME=FILE.npy ...] [--shape NAME=1x3x224x224 ...] --output-dir DIR
 //   kiln bench model.kiln [--threads N] [--iterations N] [--warmup N] [--shape NAME=1x3x224x224 ...]
+//              [--profile trace.json]
 //   kiln dump  model.kiln --format txt|json|dot|png|svg -o OUT
 #include <algorithm>
 #include <cctype>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -22,6 +24,7 @@
 #include "kernels/cpu/float16.h"
 #include "kiln/kiln.h"
 #include "kiln/model.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 namespace {
@@ -48,7 +51,9 @@ const std::map<std::string, std::string> kCommandHelp = {
               "Loads the model (the load time is reported), runs --warmup untimed then\n"
               "--iterations timed runs (default 5 and 100) on random inputs, and prints latency\n"
               "min, median, p90, p99 and throughput. --threads is the threads per kernel (0: every\n"
-              "core; default: the producer's compile option).\n"},
+              "core; default: the producer's compile option). --profile PATH times every node of\n"
+              "the timed runs (which adds a little to the latency), writes a Chrome trace to PATH\n"
+              "(open it in Perfetto) and prints the nodes that took the most time.\n"},
     {"dump", "usage: kiln dump MODEL.kiln --format txt|json|dot|png|svg -o OUT\n"
              "Writes the model's graph: txt (textual IR, docs/ir.md), json, dot (Graphviz), or\n"
              "png/svg rendered by Graphviz's dot program.\n"},
@@ -399,11 +404,18 @@ int cmd_bench(const Args& args) {
     outputs.push_back(Tensor::empty(model->outputs()[j].dtype, out_sizes[j]));
   std::vector<TensorView> out = views(outputs);
   for (int64_t i = 0; i < warmup; ++i) session.run(in, out);
+  // --profile: the timed runs report every node to a profiler of their own.
+  const std::string profile_path = args.one("profile", "");
+  std::unique_ptr<Profiler> profiler;
+  if (!profile_path.empty()) {
+    profiler = std::make_unique<Profiler>(profile_path);
+    profiler->write();  // an empty trace: a path that can't be written fails before the runs
+  }
   std::vector<double> ms;
   auto start = clock::now();
   for (int64_t i = 0; i < iterations; ++i) {
     auto a = clock::now();
-    session.run(in, out);
+    model->compiled()->run(in, out, profiler.get());
     ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - a).count());
   }
   double total_s = std::chrono::duration<double>(clock::now() - start).count();
@@ -418,6 +430,10 @@ int cmd_bench(const Args& args) {
   std::printf("latency:    min %.3f ms, median %.3f ms, p90 %.3f ms, p99 %.3f ms\n", ms.front(),
               percentile(ms, 0.5), percentile(ms, 0.9), percentile(ms, 0.99));
   std::printf("throughput: %.2f runs/s\n", static_cast<double>(iterations) / total_s);
+  if (profiler) {
+    profiler->write();
+    std::printf("profile:    %s\n%s", profile_path.c_str(), profiler->summary(20).c_str());
+  }
   return 0;
 }
 
@@ -467,7 +483,7 @@ int run_main(int argc, char** argv) {
   static const std::map<std::string, std::vector<std::string>> kOptions = {
       {"info", {}},
       {"run", {"input", "shape", "threads", "seed", "output-dir"}},
-      {"bench", {"threads", "iterations", "warmup", "shape", "seed"}},
+      {"bench", {"threads", "iterations", "warmup", "shape", "seed", "profile"}},
       {"dump", {"format", "-o"}}};
   Args args = parse_args(argc, argv, 2, kOptions.at(command));
   if (args.help) {

@@ -77,14 +77,15 @@ class Node {
 
   // Free-form notes that passes and the runtime fill and graph dumps show; never semantics (the
   // textual IR prints them only as comments). Keys: "source" (the PyTorch module path, e.g.
-  // encoder.layer.3.attention.self.query), "aten" (the ATen op it came from); "engine",
+  // encoder.layer.3.attention.self.query), "aten" (the ATen op it came from), "fx" (the name of
+  // the FX node whose output(s) this node computes: the precision check compares them); "engine",
   // "kernel", "subgraph" on per-plan copies (runtime/kernel_selection.h); "layout" if a pass
   // notes one (dumps otherwise show the output's). A node that replaces others takes the source of the node it replaces (a
   // fusion: its anchor, the node whose output it computes) via inherit_source.
   const std::map<std::string, std::string>& annotations() const { return annotations_; }
   std::string annotation(const std::string& key) const;  // "" when absent
   void annotate(const std::string& key, std::string value) { annotations_[key] = std::move(value); }
-  void inherit_source(const Node& from);  // copies from's "source" and "aten"
+  void inherit_source(const Node& from);  // copies from's "source", "aten" and "fx"
 
  private:
   friend class Graph;

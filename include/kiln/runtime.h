@@ -1,9 +1,11 @@
 // Compiling a graph into an executable plan and running it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,34 @@ struct MemoryStats {
   std::string schedule;           // the execution order kept
 };
 
+// One node's execution, reported to a RunObserver after its kernel returned. The views hold
+// the node's concrete dtypes and sizes (contiguous; a blocked layout is the node's output
+// type's, node.output(i)->type().layout) and point into the run's memory: valid only during
+// on_node, and an input may already be overwritten by an output written in place over it.
+struct NodeRun {
+  const Graph& graph;          // the optimized graph the plan runs
+  const Node& node;            // op(), name(), annotations: origin (source, aten, fx) and more
+  const std::string& kernel;   // the kernel that ran it ("avx2", "openblas", ...)
+  const std::string& engine;   // its engine ("onednn", "openblas", "native")
+  size_t step;                 // position in the execution order, from 0
+  size_t steps;                // steps in one run of this plan
+  std::span<const TensorView> inputs;
+  std::span<const TensorView> outputs;
+  std::chrono::steady_clock::time_point start, end;  // around the kernel call
+};
+
+// Watches a run node by node: the profiler (src/runtime/profiler.h) and the precision check
+// are built on it. on_node is called on the thread of the run, once per node in execution
+// order; concurrent runs sharing one observer call it from several threads at once. A run
+// without an observer costs one null check per node.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void on_node(const NodeRun& run) = 0;
+};
+
+class Profiler;
+
 struct CompileOptions {
   // Threads each kernel may use; 0 means every core.
   int threads = 0;
@@ -72,8 +102,16 @@ struct CompileOptions {
   bool verify = false;
   // Passes switched off by name, to bisect a wrong result.
   std::set<std::string> disabled_passes;
-  // Plans kept for graphs with symbolic dims, one per concrete input shape seen (LRU).
+  // Plans kept for graphs with symbolic dims, one per concrete input shape seen (LRU). Gears
+  // don't count: their plans are pinned.
   size_t plan_cache_capacity = 16;
+  // Gears (dynamic_shape.gears, docs/dynamic-shapes.md): concrete sizes for every input, each
+  // in range. compile() builds each gear's plan and pins it in the plan cache. With gears, a run
+  // whose sizes are no gear is E20008 listing them, unless pad_to_gear: then its inputs are
+  // zero-padded up to the smallest gear covering them and the outputs sliced back along their
+  // symbolic dims (correct only for models whose outputs at real positions ignore padding).
+  std::vector<std::vector<std::vector<int64_t>>> gears;
+  bool pad_to_gear = false;
   // Buffers smaller than this many bytes get memory of their own: never shared with another
   // buffer, never written in place (memory.reuse_threshold).
   size_t memory_reuse_threshold = 0;
@@ -89,6 +127,10 @@ struct CompileOptions {
   // <graph>_<stage index>_<stage>.<type> (src/ir/graph_dump.h).
   std::string dump_type;
   std::string dump_path = "./kiln_dump";
+  // Profile every run into this Chrome-trace JSON file (debug.profile; docs/config.md,
+  // Profiling). "" (the default): the path in the environment variable KILN_PROFILE, if set.
+  // Graphs given one path share one profile: one file, a track per graph.
+  std::string profile_path;
 };
 
 class CompiledGraph {
@@ -107,10 +149,16 @@ class CompiledGraph {
   const std::vector<std::string>& pipeline_warnings() const;
 
   // Runs with Kiln-allocated outputs. Inputs are read in place (no copies). Safe to call from
-  // several threads at once: each run gets its own working memory.
+  // several threads at once: each run gets its own working memory. An `observer` sees every
+  // node (NodeRun), besides the profiler of profile_path / KILN_PROFILE when there is one.
   std::vector<Tensor> run(const std::vector<TensorView>& inputs) const;
-  // Runs writing into caller buffers, whose dtypes and sizes must be output_sizes().
-  void run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const;
+  std::vector<Tensor> run(const std::vector<TensorView>& inputs, RunObserver& observer) const;
+  // Runs writing into caller buffers, whose dtypes and sizes must be output_sizes(); a non-null
+  // `observer` as above.
+  void run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+           RunObserver* observer = nullptr) const;
+  // The profiler recording this graph's runs (profile_path or KILN_PROFILE), or null.
+  const std::shared_ptr<Profiler>& profiler() const;
   // The output sizes for given input sizes (validates them like run()).
   std::vector<std::vector<int64_t>> output_sizes(
       const std::vector<std::vector<int64_t>>& input_sizes) const;
@@ -123,10 +171,15 @@ class CompiledGraph {
   MemoryStats memory_stats(const std::vector<std::vector<int64_t>>& input_sizes) const;
   std::string memory_plan(const std::vector<std::vector<int64_t>>& input_sizes,
                           const std::string& format = "table") const;
+  // The input sizes of the plans in the plan cache, most recently used first (gears included;
+  // empty for a graph whose inputs are all static, which has one plan).
+  std::vector<std::vector<std::vector<int64_t>>> cached_plans() const;
 
   struct Impl;
 
  private:
+  std::vector<Tensor> run_allocating(const std::vector<TensorView>& inputs,
+                                     RunObserver* observer) const;
   explicit CompiledGraph(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

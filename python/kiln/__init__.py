@@ -52,5 +52,27 @@ def explain(model, *inputs, options=None):
     return _explain(model, *inputs, options=options)
 
 
-__all__ = ["CompiledGraph", "CompilerConfig", "Error", "Graph", "Symbol", "Value", "compile",
-           "dtypes", "explain", "export", "get_backend", "load"]
+def check_precision(model, *inputs, options=None):
+    """Runs `model` once through Kiln with debug.precision_check on and returns what it found:
+    a PrecisionResult whose `mismatch` is the first node differing from eager (or None)."""
+    from kiln._precision import check_precision as _check  # imports torch only when used
+    return _check(model, *inputs, options=options)
+
+
+def write_profile(path=None, top=15):
+    """Writes the profiles (debug.profile, KILN_PROFILE) of the graphs alive now, or only the one
+    at `path`, and returns the top `top` nodes by time of each as a text table."""
+    from kiln._C import write_profiles
+    return "".join(r["summary"] for r in write_profiles(path or "", top))
+
+
+def __getattr__(name):
+    if name == "PrecisionWarning":  # defined with torch, imported only when asked for
+        from kiln._precision import PrecisionWarning
+        return PrecisionWarning
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
+__all__ = ["CompiledGraph", "CompilerConfig", "Error", "Graph", "Symbol", "Value",
+           "check_precision", "compile", "dtypes", "explain", "export", "get_backend", "load",
+           "write_profile"]

@@ -47,8 +47,9 @@ def is_symbolic_scalar(node: fx.Node) -> bool:
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, symbol_ranges: dict[str, tuple[int, int]] | None = None) -> None:
         self.symbols: dict[str, tuple[int, int]] = {}
+        self.symbol_ranges = symbol_ranges or {}
 
     def dim(self, d):
         if isinstance(d, int):
@@ -60,7 +61,8 @@ class _Writer:
             bounds = d.node.shape_env.var_to_range.get(expr)
             lower = _bound(bounds.lower if bounds is not None else None, 0)
             upper = _bound(bounds.upper if bounds is not None else None, _INT64_MAX)
-            self.symbols[str(expr)] = (max(lower, 0), upper)
+            # dynamic_shape.dims_range (already met with dynamo's range) wins.
+            self.symbols[str(expr)] = self.symbol_ranges.get(str(expr), (max(lower, 0), upper))
         return str(expr)
 
     def meta(self, val):
@@ -129,9 +131,11 @@ def target_name(node: fx.Node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
-def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph") -> str:
-    """The graph as JSON; placeholders named in `constants` are marked as frozen weights."""
-    writer = _Writer()
+def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph",
+              symbol_ranges: dict[str, tuple[int, int]] | None = None) -> str:
+    """The graph as JSON; placeholders named in `constants` are marked as frozen weights;
+    `symbol_ranges` replaces the ranges of the symbols it names."""
+    writer = _Writer(symbol_ranges)
     placeholders, nodes, outputs = [], [], []
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):

@@ -16,6 +16,7 @@ import itertools
 import operator
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx as fx
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -23,11 +24,11 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from kiln import _C
+from kiln import _C, _precision
 from kiln._errors import error
 from kiln.config import CompilerConfig
 from kiln._dump import partition_snapshot, write_partition_dump
-from kiln._fx import is_symbolic_scalar, serialize, target_name
+from kiln._fx import _INT64_MAX, _bound, is_symbolic_scalar, serialize, target_name
 
 
 class _KilnSupport(OperatorSupportBase):
@@ -57,11 +58,16 @@ class KilnSubgraph(torch.nn.Module):
         self.constant_args = constant_args  # argument position → placeholder name
         # Sizes passed as SymInts (dynamic shapes) are not inputs: Kiln reads them off the
         # tensors' shapes.
-        self.input_positions = [i for i in range(len(names))
-                                if i not in constant_args and i not in size_args]
+        self.input_positions = self.tensor_positions(len(names), constant_args, size_args)
         self.options = options
         self.single_output = single_output
+        self.precision_check = None  # a _precision.PartitionCheck with debug.precision_check
         self._freeze([example_args[i] for i in constant_args], list(constant_args))
+
+    @staticmethod
+    def tensor_positions(count: int, constant_args, size_args) -> list[int]:
+        """The argument positions that are Kiln inputs."""
+        return [i for i in range(count) if i not in constant_args and i not in size_args]
 
     def _freeze(self, tensors: list[torch.Tensor], positions: list[int]) -> None:
         # Called from inside AOTAutograd's tracing too: real tensors need fake mode off.
@@ -82,10 +88,173 @@ class KilnSubgraph(torch.nn.Module):
         # Kiln reads dense row-major memory: views and channels-last tensors made by PyTorch
         # (around a fallback op, or by the caller) are made contiguous, a copy only for them.
         inputs = [args[i] for i in self.input_positions]
-        outputs = self.compiled.run([t if t.is_contiguous() else t.contiguous() for t in inputs])
+        inputs = [t if t.is_contiguous() else t.contiguous() for t in inputs]
+        if self.precision_check is None:
+            outputs = self.compiled.run(inputs)
+        else:
+            outputs = self.precision_check.run(self.compiled, inputs, args)
         if not inputs:  # results follow the inputs' framework; with none they are NumPy
             outputs = [torch.from_numpy(o) for o in outputs]
         return outputs[0] if self.single_output else tuple(outputs)
+
+
+@dataclasses.dataclass
+class DynamicSetup:
+    """dynamic_shape.* resolved against one FX graph (docs/dynamic-shapes.md): the range of each
+    symbol dims_range bounds, and each gear as a binding of the graph's symbols."""
+    ranges: dict[str, tuple[int, int]]
+    gears: list[dict]  # sympy symbol → size
+    pad_to_gear: bool
+
+
+def _argument_name(source) -> str | None:
+    """The name of the call argument a dynamo source reads: the parameter's name (a positional
+    argument through a *args wrapper, as transformers' forward has, by the module's forward
+    signature), dynamo's source text for a nested one (L['batch']['ids']); None for what the
+    call doesn't pass (attributes: parameters, buffers, module floats)."""
+    keys = []
+    while type(source).__name__ in ("GetItemSource", "DictGetItemSource"):
+        keys.append(source.index)
+        source = source.base
+    if type(source).__name__ != "LocalSource":
+        return None
+    if not keys:
+        return source.local_name
+    if len(keys) == 1 and source.local_name == "kwargs" and isinstance(keys[0], str):
+        return keys[0]
+    if len(keys) == 1 and source.local_name == "args" and isinstance(keys[0], int):
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        tx = InstructionTranslator.current_tx()
+        module = tx.f_locals.get("self") if tx is not None else None
+        if isinstance(module, torch.nn.Module):
+            import inspect
+            names = [p.name for p in inspect.signature(module.forward).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            if keys[0] < len(names):
+                return names[keys[0]]
+    text = "L[" + repr(source.local_name) + "]" + "".join(f"[{k!r}]" for k in reversed(keys))
+    return text
+
+
+def _user_inputs(gm: fx.GraphModule, constants: dict) -> list[tuple[str, fx.Node]]:
+    """(name, placeholder) of each tensor the call passes, in order."""
+    inputs = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
+        if i in constants or not isinstance(node.meta.get("example_value"), torch.Tensor):
+            continue
+        name = _argument_name(getattr(node.meta.get("grapharg"), "source", None))
+        if name is not None:
+            inputs.append((name, node))
+    return inputs
+
+
+def _dynamic_setup(gm: fx.GraphModule, constants: dict, config: CompilerConfig) -> DynamicSetup:
+    dims_range = config.get("dynamic_shape.dims_range")
+    gears = config.get("dynamic_shape.gears")
+    pad = config.get("dynamic_shape.pad_to_gear")
+    recompile = config.get("dynamic_shape.out_of_range") == "recompile"
+    if pad and not gears:
+        raise error("E10001", "dynamic_shape.pad_to_gear pads up to a gear, but "
+                    "dynamic_shape.gears is empty; give gears or leave pad_to_gear off")
+    inputs = _user_inputs(gm, constants)
+    names = ", ".join(f"{k} {n!r}" for k, (n, _) in enumerate(inputs)) or "none"
+
+    def lookup(key, option: str) -> tuple[str, torch.Tensor]:
+        found = (inputs[key] if isinstance(key, int) and key < len(inputs) else
+                 next((entry for entry in inputs if entry[0] == key), None))
+        if found is None:
+            raise error("E10001", f"option {option} names input {key!r}, which the compiled "
+                        f"function doesn't take; its tensor inputs are: {names}")
+        return found[0], found[1].meta["example_value"]
+
+    how = ("make it dynamic with torch.compile(dynamic=True) or torch._dynamo.mark_dynamic; "
+           "dynamo keeps sizes 0 and 1 static whatever is asked")
+    ranges: dict[str, tuple[int, int]] = {}
+    for key, spec in dims_range.items():
+        if not isinstance(spec, dict):
+            raise error("E10001", f"option dynamic_shape.dims_range: {key!r}: {spec!r} gives a "
+                        f"range by torch.export Dim name, which only kiln.export has; under "
+                        f"torch.compile give input and axis, e.g. {{'input_ids': {{1: (16, 512)}}}}")
+        name, value = lookup(key, "dynamic_shape.dims_range")
+        for axis, (low, high) in spec.items():
+            where = f"input {name!r} axis {axis}"
+            if axis >= value.dim():
+                raise error("E10001", f"option dynamic_shape.dims_range: {where}: the input has "
+                            f"rank {value.dim()}")
+            dim = value.shape[axis]
+            if not isinstance(dim, torch.SymInt):
+                raise error("E10001", f"option dynamic_shape.dims_range: {where} is static (size "
+                            f"{dim}) in the graph dynamo traced, so it has no range; {how}")
+            expr = dim.node.expr
+            if not expr.is_Symbol:
+                raise error("E10001", f"option dynamic_shape.dims_range: {where} is {expr}, an "
+                            f"expression of other dims: bound those")
+            if recompile:  # the range grows to the size that made dynamo recompile
+                low, high = min(low, dim.node.hint), max(high, dim.node.hint)
+            bounds = dim.node.shape_env.var_to_range.get(expr)
+            low = max(low, _bound(getattr(bounds, "lower", None), 0))
+            high = min(high, _bound(getattr(bounds, "upper", None), _INT64_MAX))
+            if str(expr) in ranges:  # two entries for one dim (two inputs sharing it)
+                low, high = max(low, ranges[str(expr)][0]), min(high, ranges[str(expr)][1])
+            if low > high:
+                raise error("E10001", f"option dynamic_shape.dims_range: {where} gets the empty "
+                            f"range [{low}, {high}] once met with dynamo's range of the dim "
+                            f"({bounds}) and other entries for it")
+            ranges[str(expr)] = (low, high)
+            if recompile:
+                # Guards: dynamo recompiles for a size outside the range instead of calling
+                # this graph, which would raise E20008.
+                bool(dim >= low)
+                bool(dim <= high)
+    bindings = []
+    for g, gear in enumerate(gears):
+        binding: dict = {}
+        for key, shape in gear.items():
+            name, value = lookup(key, f"dynamic_shape.gears (gear {g})")
+            if len(shape) != value.dim():
+                raise error("E10001", f"option dynamic_shape.gears: gear {g} gives input "
+                            f"{name!r} rank {len(shape)} ({list(shape)}), but it has rank "
+                            f"{value.dim()}")
+            for axis, (dim, size) in enumerate(zip(value.shape, shape)):
+                where = f"gear {g} gives input {name!r} axis {axis} size {size}"
+                if not isinstance(dim, torch.SymInt):
+                    if dim != size:
+                        raise error("E10001", f"option dynamic_shape.gears: {where}, but the axis "
+                                    f"is static (size {dim}) in the graph dynamo traced; {how}")
+                    continue
+                expr = dim.node.expr
+                if expr.is_Symbol:
+                    if binding.get(expr, size) != size:
+                        raise error("E10001", f"option dynamic_shape.gears: {where}, but the "
+                                    f"gear sets the same dim ({expr}) to {binding[expr]} elsewhere")
+                    binding[expr] = size
+        for name, node in inputs:
+            free = {s for d in node.meta["example_value"].shape if isinstance(d, torch.SymInt)
+                    for s in d.node.expr.free_symbols}
+            if free - set(binding):
+                raise error("E10001", f"option dynamic_shape.gears: gear {g} gives no size to "
+                            f"input {name!r}, whose shape {list(node.meta['example_value'].shape)}"
+                            f" is dynamic; give every dynamic input's shape")
+        bindings.append(binding)
+    return DynamicSetup(ranges, bindings, pad)
+
+
+def _gear_sizes(vals: list, binding: dict, graph: str) -> list[list[int]]:
+    """The sizes of a Kiln graph's inputs (their FX values `vals`) at a gear."""
+    sizes = []
+    for val in vals:
+        shape = []
+        for d in val.shape:
+            if isinstance(d, torch.SymInt):
+                d = sympy.sympify(sympy.sympify(d.node.expr).xreplace(binding))
+                if not d.is_number:
+                    raise error("E10001", f"option dynamic_shape.gears: a gear leaves the size "
+                                f"{d} of an input of the Kiln graph {graph} unknown; give every "
+                                f"dynamic input's shape")
+            shape.append(int(d))
+        sizes.append(shape)
+    return sizes
 
 
 def _unsupported_summary(gm: fx.GraphModule, verdicts: dict[str, str]) -> str:
@@ -136,9 +305,11 @@ class Report:
 
 
 def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
-                       config: CompilerConfig, report: Report | None = None) -> fx.GraphModule:
+                       config: CompilerConfig, report: Report | None = None,
+                       dynamic: DynamicSetup | None = None) -> fx.GraphModule:
     """Partitions an ATen graph between Kiln and PyTorch and compiles Kiln's parts.
-    `constants` maps placeholder positions to the real tensors frozen there."""
+    `constants` maps placeholder positions to the real tensors frozen there; `dynamic`, the
+    dims_range and gears of the FX graph it came from."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     constant_names = {placeholders[i].name for i in constants}
     constant_data = {placeholders[i].name: t for i, t in constants.items()}
@@ -189,12 +360,24 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
             example_args.append(data)
         output = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         single = not isinstance(output, (list, tuple))
-        graph_json = serialize(sub, set(constant_args.values()),
-                               name=f"{graph_name}_{node.target}")
+        kiln_name = f"{graph_name}_{node.target}"
+        graph_json = serialize(sub, set(constant_args.values()), name=kiln_name,
+                               symbol_ranges=dynamic.ranges if dynamic else None)
         size_args = frozenset(i for i, ph in enumerate(sub_placeholders)
                               if is_symbolic_scalar(ph))
+        module_options = options
+        if dynamic is not None and dynamic.gears:
+            vals = [node.args[i].meta["val"]
+                    for i in KilnSubgraph.tensor_positions(len(sub_placeholders), constant_args,
+                                                           size_args)]
+            module_options = dict(options, pad_to_gear=dynamic.pad_to_gear,
+                                  gears=[_gear_sizes(vals, b, kiln_name) for b in dynamic.gears])
         module = KilnSubgraph(graph_json, constant_args, [p.name for p in sub_placeholders],
-                              example_args, options, single, size_args)
+                              example_args, module_options, single, size_args)
+        if config.get("debug.precision_check.enable"):
+            module.precision_check = _precision.PartitionCheck(
+                sub, kiln_name, config.get("debug.precision_check.rtol"),
+                config.get("debug.precision_check.atol"))
         setattr(fused, node.target, module)
         if report is not None:
             sizes = [[d if isinstance(d, int) else d.node.hint
@@ -239,12 +422,22 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
     constants = {i: t for i, t in enumerate(example_inputs)
                  if isinstance(t, torch.Tensor)
                  and getattr(t, "_dynamo_static_input_type", None) is not None}
+    # Dynamo decides which dims are symbolic while tracing, before calling any backend, and
+    # torch.compile hands a backend no way to ask first: a graph traced static can't honour
+    # dynamic_shape.enable, so it is refused rather than compiled static.
+    if (config.get("dynamic_shape.enable")
+            and torch._dynamo.config.assume_static_by_default):
+        raise error("E10001", "dynamic_shape.enable = True asks for symbolic dims, but dynamo "
+                    "traced this graph with static ones (it decides before the backend runs); "
+                    "add dynamic=True to torch.compile: torch.compile(model, backend=..., "
+                    "dynamic=True)")
+    dynamic = _dynamic_setup(gm, constants, config)
 
     def inference_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
         if len(aten_inputs) != len(example_inputs):
             raise error("E50001", "AOTAutograd changed the graph's inputs (input mutation or "
                         "aliasing); Kiln compiles inference graphs without them")
-        return compile_aten_graph(aten_gm, constants, config, _report)
+        return compile_aten_graph(aten_gm, constants, config, _report, dynamic)
 
     return aot_module_simplified(gm, example_inputs, fw_compiler=inference_compiler)
 

@@ -48,20 +48,85 @@ def _opt(default, check_and_expected, implemented=True, doc=""):
     return _Option(default, check, expected, implemented, doc)
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_range(where: str, r) -> None:
+    if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(_is_int(b) for b in r)):
+        raise error("E10001", f"option dynamic_shape.dims_range: {where} is {r!r}; expected a "
+                    f"(min, max) pair of ints")
+    if r[0] < 0 or r[0] > r[1]:
+        raise error("E10001", f"option dynamic_shape.dims_range: {where} is {tuple(r)}; a range "
+                    f"needs 0 <= min <= max")
+
+
+def _check_dims_range(value) -> bool:
+    """{Dim name: (min, max)} or {input name or index: {axis: (min, max)}}; a precise E10001
+    otherwise."""
+    if not isinstance(value, dict):
+        return False
+    for key, spec in value.items():
+        if isinstance(spec, dict):
+            if not (isinstance(key, str) or (_is_int(key) and key >= 0)):
+                raise error("E10001", f"option dynamic_shape.dims_range: key {key!r} must be an "
+                            f"input's name or index (an int >= 0)")
+            if not spec:
+                raise error("E10001", f"option dynamic_shape.dims_range: input {key!r} gives no "
+                            f"axis; write {{{key!r}: {{axis: (min, max)}}}}")
+            for axis, r in spec.items():
+                if not (_is_int(axis) and axis >= 0):
+                    raise error("E10001", f"option dynamic_shape.dims_range: input {key!r} has "
+                                f"axis {axis!r}; axes are ints >= 0")
+                _check_range(f"input {key!r} axis {axis}", r)
+        elif isinstance(key, str):
+            _check_range(f"Dim {key!r}", spec)
+        else:
+            raise error("E10001", f"option dynamic_shape.dims_range: entry {key!r}: {spec!r} is "
+                        f"neither {{Dim name: (min, max)}} nor {{input: {{axis: (min, max)}}}}")
+    return True
+
+
+def _check_gears(value) -> bool:
+    """A list of gears, each {input name or index: shape}; a precise E10001 otherwise."""
+    if not isinstance(value, list):
+        return False
+    for g, gear in enumerate(value):
+        if not isinstance(gear, dict) or not gear:
+            raise error("E10001", f"option dynamic_shape.gears: gear {g} is {gear!r}; each gear "
+                        f"is a non-empty dict {{input name or index: shape}}")
+        for key, shape in gear.items():
+            if not (isinstance(key, str) or (_is_int(key) and key >= 0)):
+                raise error("E10001", f"option dynamic_shape.gears: gear {g} key {key!r} must be "
+                            f"an input's name or index (an int >= 0)")
+            if not (isinstance(shape, (list, tuple)) and all(_is_int(d) and d >= 1
+                                                              for d in shape)):
+                raise error("E10001", f"option dynamic_shape.gears: gear {g} gives input "
+                            f"{key!r} the shape {shape!r}; expected a list of ints >= 1")
+        if gear in value[:g]:
+            raise error("E10001", f"option dynamic_shape.gears: gear {g} repeats gear "
+                        f"{value.index(gear)} ({gear!r}); list each gear once")
+    return True
+
+
 _OPTIONS: dict[str, _Option] = {
     "debug.graph_dump.type": _opt(None, _choice(None, "txt", "json", "dot", "png", "svg"), True,
         "write the graph after each stage as txt/json/dot/png/svg (png and svg need Graphviz), "
         "and the FX graph's partitioning between Kiln and PyTorch"),
     "debug.graph_dump.path": _opt("./kiln_dump", _typed(str), True,
         "folder for graph dumps"),
-    "debug.precision_check.enable": _opt(False, _typed(bool), False,
-        "run node by node beside eager and report the first mismatch"),
-    "debug.precision_check.rtol": _opt(1e-3, _typed(float, 0.0), False,
+    "debug.precision_check.enable": _opt(False, _typed(bool), True,
+        "on every call, compare each Kiln node's output with PyTorch eager's for its FX node "
+        "and warn (kiln.PrecisionWarning) naming the first mismatch (see Precision check below)"),
+    "debug.precision_check.rtol": _opt(1e-3, _typed(float, 0.0), True,
         "relative tolerance of the precision check"),
-    "debug.precision_check.atol": _opt(1e-5, _typed(float, 0.0), False,
+    "debug.precision_check.atol": _opt(1e-5, _typed(float, 0.0), True,
         "absolute tolerance of the precision check"),
-    "debug.profile": _opt(None, (lambda v: v is None or isinstance(v, str), "None or a path"), False,
-        "write a Chrome-trace profile to this path"),
+    "debug.profile": _opt(None, (lambda v: v is None or (isinstance(v, str) and v != ""),
+                                 "None or a path"), True,
+        "time every node of every run and write a Chrome trace to this path, printing the top "
+        "nodes at exit (see Profiling below; the environment variable KILN_PROFILE does the "
+        "same)"),
     "optimization.level": _opt("O3", _choice("O0", "O1", "O2", "O3"), True,
                                "O0: reference kernels, no passes; O1: optimized kernels, stage "
                                "prepare; O2: + fuse; O3: every stage (docs/passes.md)"),
@@ -94,12 +159,23 @@ _OPTIONS: dict[str, _Option] = {
         "run independent subgraphs concurrently"),
     "execution.enable_overlap": _opt(False, _typed(bool), False,
         "overlap compute and communication"),
-    "dynamic_shape.enable": _opt(False, _typed(bool), False,
-        "compile with symbolic dims"),
-    "dynamic_shape.dims_range": _opt({}, _typed(dict), False,
-        "ranges of dynamic dims, by name or input and axis"),
-    "dynamic_shape.gears": _opt([], _typed(list), False,
-        "fixed shapes, each planned ahead"),
+    "dynamic_shape.enable": _opt(False, _typed(bool), True,
+        "compile with symbolic dims: kiln.export makes every input axis Dim.AUTO; "
+        "torch.compile must trace symbolic too (dynamic=True), else E10001"),
+    "dynamic_shape.dims_range": _opt({}, (_check_dims_range, "a dict of ranges (docs/"
+        "dynamic-shapes.md)"), True,
+        "ranges of dynamic dims: {Dim name: (min, max)} (kiln.export) or {input name or "
+        "index: {axis: (min, max)}}; E20008 outside them"),
+    "dynamic_shape.gears": _opt([], (_check_gears, "a list of gears (docs/dynamic-shapes.md)"),
+        True,
+        "fixed input shapes, each planned ahead: a list of {input name or index: shape}; "
+        "other shapes are E20008 unless pad_to_gear"),
+    "dynamic_shape.pad_to_gear": _opt(False, _typed(bool), True,
+        "a shape that is no gear is zero-padded up to the smallest gear covering it and the "
+        "outputs cut back (only for models whose real outputs ignore padded positions)"),
+    "dynamic_shape.out_of_range": _opt("error", _choice("error", "recompile"), True,
+        "torch.compile, a shape outside dims_range: error (E20008), or recompile (dynamo "
+        "guards the range; a new Kiln graph for a range widened to cover the shape)"),
     "cache.enable_disk_cache": _opt(False, _typed(bool), False,
         "keep compiled graphs on disk across processes"),
     "cache.cache_dir": _opt("", _typed(str), False,
@@ -214,7 +290,8 @@ class CompilerConfig(_Section):
                 "dump_type": self.get("debug.graph_dump.type") or "",
                 "memory_reuse_threshold": self.get("memory.reuse_threshold"),
                 "memory_optimization_level": self.get("memory.optimization_level"),
-                "dump_path": self.get("debug.graph_dump.path")}
+                "dump_path": self.get("debug.graph_dump.path"),
+                "profile_path": self.get("debug.profile") or ""}
 
     def __repr__(self) -> str:
         changed = {k: v for k, v in self._values.items() if v != _OPTIONS[k].default}

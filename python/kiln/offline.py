@@ -16,11 +16,109 @@ from kiln._errors import error
 from kiln.config import CompilerConfig
 
 
+def _has_range(dim) -> bool:
+    """Whether a torch.export.Dim was given a range (Dim("seq") has min 0 and max int_oo)."""
+    return dim.min != 0 or isinstance(dim.max, int)
+
+
+def _dynamic_shapes(model, example_inputs: Sequence, dynamic_shapes, config: CompilerConfig):
+    """dynamic_shapes with dynamic_shape.dims_range and dynamic_shape.enable applied
+    (docs/dynamic-shapes.md): ranges for Dims that have none, new Dims where dims_range names an
+    input axis that dynamic_shapes leaves out, Dim.AUTO on every other axis with enable."""
+    import inspect
+
+    from torch.export import Dim
+
+    for key in ("dynamic_shape.gears", "dynamic_shape.pad_to_gear",
+                "dynamic_shape.out_of_range"):
+        if config.get(key) != CompilerConfig().get(key):
+            raise error("E10001", f"option {key} applies to torch.compile only: a .kiln model "
+                        f"plans each shape in its ranges when first run, and has no gears")
+    dims_range = config.get("dynamic_shape.dims_range")
+    enable = config.get("dynamic_shape.enable")
+    if not dims_range and not enable:
+        return dynamic_shapes
+    names = list(inspect.signature(model.forward).parameters)[:len(example_inputs)]
+    if dynamic_shapes is None:
+        given = [None] * len(names)
+    elif isinstance(dynamic_shapes, dict):
+        given = [dynamic_shapes.get(n) for n in names]
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        given = list(dynamic_shapes) + [None] * (len(names) - len(dynamic_shapes))
+    else:
+        raise error("E10001", "dynamic_shape.dims_range and dynamic_shape.enable need "
+                    "dynamic_shapes as a dict by argument name or a list per input")
+    specs = []
+    for name, spec in zip(names, given):
+        if isinstance(spec, (list, tuple)):
+            spec = {axis: d for axis, d in enumerate(spec) if d is not None}
+        elif spec is not None and not isinstance(spec, dict):
+            raise error("E10001", f"dynamic_shapes[{name!r}] is {spec!r}: with "
+                        f"dynamic_shape.dims_range or enable, give each input's dims as a dict "
+                        f"{{axis: Dim}} or a list")
+        specs.append(dict(spec or {}))
+
+    def ranged(dim, low: int, high: int, where: str):
+        if _has_range(dim) and (dim.min, dim.max) != (low, high):
+            raise error("E10001", f"option dynamic_shape.dims_range gives {where} the range "
+                        f"({low}, {high}), but dynamic_shapes gives it ({dim.min}, {dim.max}); "
+                        f"give it once")
+        return Dim(dim.__name__, min=low, max=high)
+
+    all_dims = {d.__name__ for spec in specs for d in spec.values() if isinstance(d, Dim)}
+    renamed: dict[str, Dim] = {}
+    for key, r in dims_range.items():
+        if isinstance(r, dict):
+            continue
+        if key not in all_dims:
+            raise error("E10001", f"option dynamic_shape.dims_range names Dim {key!r}, which "
+                        f"dynamic_shapes doesn't use (its Dims: "
+                        f"{', '.join(sorted(all_dims)) or 'none'})")
+        renamed[key] = ranged(next(d for spec in specs for d in spec.values()
+                                   if isinstance(d, Dim) and d.__name__ == key),
+                              r[0], r[1], f"Dim {key!r}")
+    for spec in specs:
+        for axis, d in spec.items():
+            if isinstance(d, Dim) and d.__name__ in renamed:
+                spec[axis] = renamed[d.__name__]
+    for key, axes in dims_range.items():
+        if not isinstance(axes, dict):
+            continue
+        if isinstance(key, int):
+            if key >= len(names):
+                raise error("E10001", f"option dynamic_shape.dims_range names input {key}, but "
+                            f"the model takes {len(names)} input(s)")
+            key = names[key]
+        if key not in names:
+            raise error("E10001", f"option dynamic_shape.dims_range names input {key!r}; the "
+                        f"model's inputs are {', '.join(names)}")
+        i = names.index(key)
+        for axis, (low, high) in axes.items():
+            where = f"input {key!r} axis {axis}"
+            if axis >= example_inputs[i].dim():
+                raise error("E10001", f"option dynamic_shape.dims_range: {where}: the input has "
+                            f"rank {example_inputs[i].dim()}")
+            d = specs[i].get(axis)
+            if isinstance(d, Dim):
+                specs[i][axis] = ranged(d, low, high, where)
+            elif d is None or d == Dim.AUTO:
+                specs[i][axis] = Dim(f"{key}_{axis}", min=low, max=high)
+            else:
+                raise error("E10001", f"option dynamic_shape.dims_range gives {where} a range, "
+                            f"but dynamic_shapes makes it {d!r}")
+    if enable:
+        for spec, x in zip(specs, example_inputs):
+            for axis in range(x.dim()):
+                spec.setdefault(axis, Dim.AUTO)
+    return {name: spec or None for name, spec in zip(names, specs)}
+
+
 def export(model, example_inputs: Sequence, path: str | os.PathLike,
            dynamic_shapes=None, config: CompilerConfig | dict | None = None) -> None:
     """Captures `model` on `example_inputs` with torch.export (`dynamic_shapes` as there: dims
-    given as torch.export.Dim become symbolic dims with their ranges), compiles it with `config`
-    and writes it to `path`."""
+    given as torch.export.Dim become symbolic dims with their ranges; config's
+    dynamic_shape.dims_range and enable add to them), compiles it with `config` and writes it to
+    `path`."""
     import torch
     from torch.export.graph_signature import InputKind
 
@@ -28,9 +126,27 @@ def export(model, example_inputs: Sequence, path: str | os.PathLike,
     from kiln.backend import _unsupported_summary
 
     config = CompilerConfig.from_options(config)
+    # Debugging options act on runs; an export only compiles and writes the file.
+    if config.get("debug.precision_check.enable"):
+        raise error("E10001", "option debug.precision_check applies to torch.compile only: an "
+                    "exported model runs without PyTorch to compare with; check the model with "
+                    "kiln.check_precision before exporting")
+    if config.get("debug.profile") is not None:
+        raise error("E10001", "option debug.profile profiles runs, and kiln.export runs nothing; "
+                    "profile the loaded model with the environment variable KILN_PROFILE=path "
+                    "(or kiln bench MODEL.kiln --profile path)")
     options = config.compile_options()
+    dynamic_shapes = _dynamic_shapes(model, example_inputs, dynamic_shapes, config)
     with torch.no_grad():
-        program = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+        try:
+            program = torch.export.export(model, tuple(example_inputs),
+                                          dynamic_shapes=dynamic_shapes)
+        except torch._dynamo.exc.UserError as e:
+            if not config.get("dynamic_shape.dims_range"):
+                raise
+            # A range the model can't take: a dim it needs static, or sizes it rejects.
+            raise error("E10001", f"option dynamic_shape.dims_range contradicts the model: "
+                        f"{e}") from e
         # Decompose what AOTAutograd decomposes (the CompositeImplicitAutograd ops: conv2d →
         # convolution, linear → addmm, ...) and nothing more, so that the graph is the one the
         # torch.compile backend sees and the C++ converters take.

@@ -345,13 +345,24 @@ std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
     };
     for (const Json& node : fx.at("nodes")) {
       size_t first_new = g->num_nodes();
-      values[node.at("name").get<std::string>()] = convert_node(*g, shapes, node, resolve);
-      // Every node a converter adds carries the FX node's origin into dumps.
+      const std::string fx_name = node.at("name").get<std::string>();
+      std::vector<Value*>& outs = values[fx_name] = convert_node(*g, shapes, node, resolve);
+      // Every node a converter adds carries the FX node's origin into dumps; the ones computing
+      // its outputs also its name (the precision check compares them with PyTorch's): "name"
+      // when the node's output k is the FX node's output k, "name#d" when it is output k + d.
       std::vector<Node*> nodes = g->nodes();
       for (size_t i = first_new; i < nodes.size(); ++i) {
         nodes[i]->annotate("aten", node.at("target").get<std::string>());
         std::string source = node.value("source", "");
         if (!source.empty()) nodes[i]->annotate("source", source);
+        for (size_t o = 0; o < outs.size(); ++o) {
+          if (!outs[o] || outs[o]->producer() != nodes[i]) continue;
+          const auto& produced = nodes[i]->outputs();
+          const size_t k = static_cast<size_t>(
+              std::find(produced.begin(), produced.end(), outs[o]) - produced.begin());
+          nodes[i]->annotate("fx", o == k ? fx_name : fx_name + "#" + std::to_string(static_cast<int64_t>(o) -
+                                                                     static_cast<int64_t>(k)));
+        }
       }
     }
     std::vector<Value*> outputs;

@@ -44,7 +44,7 @@ std::string Node::annotation(const std::string& key) const {
 }
 
 void Node::inherit_source(const Node& from) {
-  for (const char* key : {"source", "aten"}) {
+  for (const char* key : {"source", "aten", "fx"}) {
     auto it = from.annotations_.find(key);
     if (it != from.annotations_.end()) annotations_[key] = it->second;
   }

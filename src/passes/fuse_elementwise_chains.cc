@@ -157,6 +157,7 @@ class FuseElementwiseChains final : public Pass {
       graph.remove_node(fused->producer());
       return false;
     }
+    fused->producer()->inherit_source(*root);  // dumps and the precision check: the root's origin
     graph.replace_all_uses(root->output(), fused);
     for (auto it = group.rbegin(); it != group.rend(); ++it) graph.remove_node(*it);
     return true;

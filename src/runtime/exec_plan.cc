@@ -1,6 +1,7 @@
 #include "runtime/exec_plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <iomanip>
@@ -139,7 +140,8 @@ MemoryLayout lay_out(const LayoutInput& in, std::vector<size_t> order, std::stri
 }  // namespace
 
 ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
-                   const CompileOptions& options, int threads) {
+                   const CompileOptions& options, int threads)
+    : graph_(&graph) {
   std::unordered_map<const Value*, TensorType> types;
   std::unordered_map<const Value*, size_t> slot_of;
   auto new_slot = [&](const Value* v, Slot slot) {
@@ -191,6 +193,11 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     KernelChoice choice = select_kernel(*def, spec, options.kernel_policy);
     PlanStep step{node, choice.kernel->name, std::move(choice.instance), {}, {}, 0};
     step.in_place_inputs = choice.kernel->in_place_inputs;
+    step.engine = choice.kernel->engine;
+    for (const TensorType& t : spec.inputs)
+      step.input_views.push_back(TensorView{nullptr, t.dtype, static_sizes(t.shape), {}});
+    for (const TensorType& t : spec.outputs)
+      step.output_views.push_back(TensorView{nullptr, t.dtype, static_sizes(t.shape), {}});
     for (const Value* in : node->inputs()) step.inputs.push_back(slot_of.at(in));
     for (size_t i = 0; i < node->outputs().size(); ++i) {
       const Value* out = node->output(i);
@@ -321,7 +328,23 @@ void ExecPlan::release(std::unique_ptr<RunContext> context) const {
   idle_contexts_.push_back(std::move(context));
 }
 
-void ExecPlan::run(const std::vector<TensorView>& inputs, const std::vector<void*>& outputs) const {
+void ExecPlan::run_observed(size_t s, const RunContext& context, std::byte* arena,
+                            RunObserver& observer) const {
+  const PlanStep& step = steps_[s];
+  std::vector<TensorView> ins = step.input_views, outs = step.output_views;
+  for (size_t i = 0; i < ins.size(); ++i) ins[i].data = context.slot_pointers[step.inputs[i]];
+  for (size_t i = 0; i < outs.size(); ++i) outs[i].data = context.slot_pointers[step.outputs[i]];
+  const auto start = std::chrono::steady_clock::now();
+  step.kernel->run(std::span<const void* const>(context.step_inputs.data(), step.inputs.size()),
+                   std::span<void* const>(context.step_outputs.data(), step.outputs.size()),
+                   arena + step.scratch_offset);
+  const auto end = std::chrono::steady_clock::now();
+  observer.on_node(NodeRun{*graph_, *step.node, step.kernel_name, step.engine, s, steps_.size(),
+                           ins, outs, start, end});
+}
+
+void ExecPlan::run(const std::vector<TensorView>& inputs, const std::vector<void*>& outputs,
+                   RunObserver* observer) const {
   std::unique_ptr<RunContext> context = acquire();
   struct Release {
     const ExecPlan* plan;
@@ -349,11 +372,16 @@ void ExecPlan::run(const std::vector<TensorView>& inputs, const std::vector<void
       case Slot::Kind::Output: context->slot_pointers[i] = outputs[slot.index]; break;
     }
   }
-  for (const PlanStep& step : steps_) {
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const PlanStep& step = steps_[s];
     for (size_t i = 0; i < step.inputs.size(); ++i)
       context->step_inputs[i] = context->slot_pointers[step.inputs[i]];
     for (size_t i = 0; i < step.outputs.size(); ++i)
       context->step_outputs[i] = context->slot_pointers[step.outputs[i]];
+    if (observer) [[unlikely]] {
+      run_observed(s, *context, arena, *observer);
+      continue;
+    }
     step.kernel->run(std::span<const void* const>(context->step_inputs.data(), step.inputs.size()),
                      std::span<void* const>(context->step_outputs.data(), step.outputs.size()),
                      arena + step.scratch_offset);

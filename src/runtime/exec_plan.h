@@ -29,6 +29,9 @@ struct PlanStep {
   std::vector<size_t> outputs;  // slot ids
   size_t scratch_offset = 0;
   std::vector<size_t> in_place_inputs;  // the kernel's declaration (KernelDef::in_place_inputs)
+  std::string engine;                   // the kernel's (KernelDef::engine)
+  // Concrete dtypes and sizes without data, for RunObserver's NodeRun.
+  std::vector<TensorView> input_views, output_views;
 };
 
 // Per-run working memory, pooled by the plan so repeated runs allocate nothing.
@@ -47,7 +50,9 @@ class ExecPlan {
 
   const std::vector<std::vector<int64_t>>& output_sizes() const { return output_sizes_; }
   const std::vector<DType>& output_dtypes() const { return output_dtypes_; }
-  void run(const std::vector<TensorView>& inputs, const std::vector<void*>& outputs) const;
+  // `observer` (may be null) sees every node after its kernel ran.
+  void run(const std::vector<TensorView>& inputs, const std::vector<void*>& outputs,
+           RunObserver* observer = nullptr) const;
   std::string describe() const;
   const MemoryStats& memory_stats() const { return memory_stats_; }
   // The memory plan as a table ("table") or an offset-over-time chart ("svg").
@@ -56,8 +61,12 @@ class ExecPlan {
 
  private:
   std::unique_ptr<RunContext> acquire() const;
+  // Runs one step timed, reporting it to `observer`.
+  void run_observed(size_t s, const RunContext& context, std::byte* arena,
+                    RunObserver& observer) const;
   void release(std::unique_ptr<RunContext> context) const;
 
+  const Graph* graph_;
   std::vector<Slot> slots_;
   std::vector<PlanStep> steps_;
   // Graph outputs that no step writes directly (inputs, constants, repeated outputs): copied

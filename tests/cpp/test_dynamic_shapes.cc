@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "ir/sym_expr.h"
 #include "kiln/kiln.h"
@@ -198,6 +199,174 @@ TEST(DynamicShapes, ExpressionsMustReadDeclaredSymbols) {
               ErrorCode::ShapeInference)
         << sym;
   }
+}
+
+
+// Gears (CompileOptions::gears, dynamic_shape.gears): plans built at compile and pinned; runs
+// only at a gear, or padded up to one with pad_to_gear.
+
+// Row-wise: each [b, s] position's outputs read that position's inputs only, so padding the
+// batch and sequence dims is exact on the real positions.
+constexpr const char* kRowWise = R"(graph @rows {
+  sym B in [1, 16]
+  sym S in [1, 32]
+  input %x : f32[B, S, 4]
+  const %w : f32[4, 2] = [1.0, -2.0, 0.5, 3.0, -1.5, 2.5, 4.0, -0.5]
+  %m = matmul(%x, %w)
+  %y = relu(%m)
+  output %y, %x
+})";
+
+using Sizes = std::vector<std::vector<int64_t>>;
+
+Tensor random_input(std::vector<int64_t> sizes, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  Tensor t = Tensor::empty(DType::F32, std::move(sizes));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
+  return t;
+}
+
+CompileOptions with_gears(std::vector<Sizes> gears, bool pad = false) {
+  // The reference kernels compute each element alone, so a padded run (more rows in each
+  // matmul) gives bitwise the result of the unpadded one.
+  CompileOptions o{.kernel_policy = "reference", .verify = true};
+  o.gears = std::move(gears);
+  o.pad_to_gear = pad;
+  return o;
+}
+
+void expect_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t j = 0; j < got.size(); ++j) {
+    ASSERT_EQ(got[j].sizes(), want[j].sizes()) << "output " << j;
+    EXPECT_TRUE(got[j].same_contents(want[j])) << "output " << j;
+  }
+}
+
+TEST(Gears, PlansAreBuiltAtCompileAndPinned) {
+  auto g = parse_graph(kRowWise);
+  CompileOptions options = with_gears({{{2, 8, 4}}, {{4, 16, 4}}});
+  options.plan_cache_capacity = 1;  // gears don't count against it
+  auto compiled = CompiledGraph::compile(*g, options);
+  EXPECT_EQ(compiled->cached_plans(), (std::vector<Sizes>{{{4, 16, 4}}, {{2, 8, 4}}}));
+  auto reference = CompiledGraph::compile(*g, with_gears({}));
+  for (const Sizes& gear : {Sizes{{2, 8, 4}}, Sizes{{4, 16, 4}}, Sizes{{2, 8, 4}}}) {
+    Tensor x = random_input(gear[0], 3);
+    expect_same(compiled->run({x.view()}), reference->run({x.view()}));
+  }
+  EXPECT_EQ(compiled->cached_plans().size(), 2u);  // nothing built or dropped by the runs
+  EXPECT_EQ(compiled->output_sizes({{4, 16, 4}}), (Sizes{{4, 16, 2}, {4, 16, 4}}));
+}
+
+TEST(Gears, ShapeOfNoGearIsE20008ListingThem) {
+  auto compiled = CompiledGraph::compile(*parse_graph(kRowWise),
+                                         with_gears({{{2, 8, 4}}, {{4, 16, 4}}}));
+  Tensor x = random_input({3, 8, 4}, 1);
+  std::string message;
+  EXPECT_EQ(error_code_of([&] { compiled->run({x.view()}); }, &message),
+            ErrorCode::DynamicShapeRange);
+  EXPECT_NE(message.find("([3, 8, 4]) are none of them: ([2, 8, 4]), ([4, 16, 4])"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("pad_to_gear"), std::string::npos) << message;
+  EXPECT_EQ(error_code_of([&] { compiled->output_sizes({{3, 8, 4}}); }),
+            ErrorCode::DynamicShapeRange);
+  // The range check comes first: outside it, the message names the range.
+  Tensor far = random_input({17, 8, 4}, 1);
+  EXPECT_EQ(error_code_of([&] { compiled->run({far.view()}); }, &message),
+            ErrorCode::DynamicShapeRange);
+  EXPECT_NE(message.find("range [1, 16]"), std::string::npos) << message;
+}
+
+TEST(Gears, PaddingToTheSmallestCoveringGearMatchesTheUnpaddedRun) {
+  auto g = parse_graph(kRowWise);
+  auto compiled = CompiledGraph::compile(*g, with_gears({{{16, 32, 4}}, {{4, 16, 4}}}, true));
+  auto reference = CompiledGraph::compile(*g, with_gears({}));
+  for (const std::vector<int64_t>& sizes :
+       {std::vector<int64_t>{3, 5, 4}, {1, 16, 4}, {4, 1, 4}, {5, 16, 4}, {16, 32, 4}}) {
+    Tensor x = random_input(sizes, 7);
+    std::vector<Tensor> want = reference->run({x.view()});
+    expect_same(compiled->run({x.view()}), want);
+    EXPECT_EQ(compiled->output_sizes({sizes}), (Sizes{want[0].sizes(), want[1].sizes()}));
+    // Caller buffers of the real sizes.
+    Tensor y = Tensor::empty(DType::F32, want[0].sizes()), copy = Tensor::empty(DType::F32, sizes);
+    compiled->run({x.view()}, {y.view(), copy.view()});
+    EXPECT_TRUE(y.same_contents(want[0]));
+    EXPECT_TRUE(copy.same_contents(x));
+  }
+  // {3, 5} fits both gears: the smaller one's plan ran, and no other plan was built.
+  EXPECT_EQ(compiled->memory_stats({{3, 5, 4}}).arena_bytes,
+            compiled->memory_stats({{4, 16, 4}}).arena_bytes);
+  EXPECT_EQ(compiled->cached_plans().size(), 2u);
+}
+
+TEST(Gears, ShapeNoGearCoversIsE20008) {
+  auto compiled = CompiledGraph::compile(*parse_graph(kRowWise),
+                                         with_gears({{{8, 8, 4}}, {{4, 16, 4}}}, true));
+  Tensor x = random_input({5, 9, 4}, 2);
+  std::string message;
+  EXPECT_EQ(error_code_of([&] { compiled->run({x.view()}); }, &message),
+            ErrorCode::DynamicShapeRange);
+  EXPECT_NE(message.find("exceed every gear"), std::string::npos) << message;
+}
+
+TEST(Gears, PaddedRunsFromManyThreadsAgree) {
+  auto g = parse_graph(kRowWise);
+  auto compiled = CompiledGraph::compile(*g, with_gears({{{8, 32, 4}}}, true));
+  auto reference = CompiledGraph::compile(*g, with_gears({}));
+  std::vector<std::thread> threads;
+  std::vector<int> ok(8, 0);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      Tensor x = random_input({1 + t, 3 + 3 * t, 4}, t);
+      auto got = compiled->run({x.view()});
+      auto want = reference->run({x.view()});
+      ok[t] = got[0].same_contents(want[0]) && got[1].same_contents(want[1]);
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, std::vector<int>(8, 1));
+}
+
+TEST(Gears, InvalidGearsAreE10001) {
+  auto g = parse_graph(kRowWise);
+  auto code = [&](std::vector<Sizes> gears, bool pad, std::string* message) {
+    return error_code_of([&] { CompiledGraph::compile(*g, with_gears(std::move(gears), pad)); },
+                         message);
+  };
+  std::string message;
+  EXPECT_EQ(code({{{32, 8, 4}}}, false, &message), ErrorCode::InvalidArgument);
+  EXPECT_NE(message.find("gear 0 ([32, 8, 4]) doesn't fit the graph"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("range [1, 16]"), std::string::npos) << message;
+  EXPECT_EQ(code({{{2, 8, 3}}}, false, &message), ErrorCode::InvalidArgument);  // static dim
+  EXPECT_EQ(code({{{2, 8}}}, false, &message), ErrorCode::InvalidArgument);     // rank
+  EXPECT_EQ(code({{{2, 8, 4}, {2, 8, 4}}}, false, &message), ErrorCode::InvalidArgument);
+  EXPECT_EQ(code({{{2, 8, 4}}, {{2, 8, 4}}}, false, &message), ErrorCode::InvalidArgument);
+  EXPECT_NE(message.find("list each gear once"), std::string::npos) << message;
+  EXPECT_EQ(code({}, true, &message), ErrorCode::InvalidArgument);
+  EXPECT_NE(message.find("has no gears"), std::string::npos) << message;
+}
+
+TEST(Gears, PaddingNeedsOutputDimsItCanCut) {
+  // The output's dim s0*s1 is no input's: after padding, its real size is not a prefix.
+  auto flat = parse_graph(R"(graph @g {
+    sym s0 in [1, 8]
+    sym s1 in [1, 8]
+    input %x : f32[s0, s1]
+    %f = reshape(%x) {shape = [-1], sym_shape = ["s0*s1"]}
+    %y = relu(%f)
+    output %y
+  })");
+  std::string message;
+  EXPECT_EQ(error_code_of([&] {
+              CompiledGraph::compile(*flat, with_gears({{{4, 4}}}, true));
+            }, &message),
+            ErrorCode::InvalidArgument);
+  EXPECT_NE(message.find("can't cut output 0"), std::string::npos) << message;
+  // Without padding the same gears are fine: runs at a gear need no cutting.
+  auto compiled = CompiledGraph::compile(*flat, with_gears({{{4, 4}}}));
+  Tensor x = random_input({4, 4}, 5);
+  EXPECT_EQ(compiled->run({x.view()})[0].sizes(), (std::vector<int64_t>{16}));
 }
 
 }  // namespace
