@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := $(shell find src include python tools tests/cpp examples cmake -type f) CMakeLists.txt pyproject.toml
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: demo test setup build test-cpp test-python test-asan test-fuzz bench clean
+.PHONY: demo test test-full setup build test-cpp test-python test-asan test-fuzz bench bench-micro clean
 
 # The C++ builder demo (a ResNet block, a transformer layer), then real models through
 # torch.compile(backend="kiln").
@@ -18,6 +18,11 @@ demo: build
 	$(PYTHON) -m kiln.demo
 
 test: test-cpp test-python test-asan test-fuzz
+
+# make test, then every float32 OpInfo sample of every op Kiln claims through
+# torch.compile(backend="kiln") against eager (tests/python/opinfo_sweep.py; make test runs a subset).
+test-full: test
+	$(PYTHON) tests/python/opinfo_sweep.py --json build/opinfo.json
 
 setup: build/.system-deps build/.python-deps
 
@@ -75,6 +80,12 @@ bench: build
 	$(PYTHON) -m kiln.bench --backends eager,inductor,kiln --batch 1 --threads 2 \
 	  --json build/bench/results.json --markdown build/bench/results.md \
 	  --plot build/bench/results.png $(BENCH_FLAGS)
+
+# Kernels against the machine's FMA peak and memcpy bandwidth, per-call overhead
+# (docs/benchmarks.md, micro-benchmarks); MICRO_FLAGS adds options, e.g. MICRO_FLAGS="--sections gemm".
+bench-micro: build
+	$(PYTHON) -m kiln.bench.micro --binary $(BUILD)/kiln_microbench --json build/bench/micro.json \
+	  --markdown build/bench/micro.md $(MICRO_FLAGS)
 
 clean:
 	rm -rf build

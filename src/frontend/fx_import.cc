@@ -1,6 +1,7 @@
 // Importing a serialized FX graph (docs/frontend.md) through the converter registry.
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "frontend/converter.h"
@@ -385,6 +386,18 @@ std::map<std::string, std::string> fx_node_support(const std::string& json_text)
     }
     for (auto& [name, list] : placeholder_metas.items()) metas[name] = &list;
     for (const Json& node : fx.at("nodes")) metas[node.at("name").get<std::string>()] = &node.at("outputs");
+    // Every (node, output) something reads: a node whose converter leaves a read output
+    // uncomputed (max_pool2d's indices, native_layer_norm's mean) must stay in PyTorch.
+    std::set<std::pair<std::string, size_t>> read;
+    std::function<void(const Json&)> collect = [&](const Json& a) {
+      if (a.is_object() && a.contains("ref")) {
+        read.emplace(a.at("ref").get<std::string>(), a.value("index", size_t{0}));
+      } else if (a.is_array() || a.is_object()) {
+        for (const Json& item : a) collect(item);
+      }
+    };
+    for (const Json& node : fx.at("nodes")) collect(node.at("args"));
+    collect(fx.at("outputs"));
 
     for (const Json& node : fx.at("nodes")) {
       // Convert the node alone, its tensor operands standing in as inputs of a scratch graph.
@@ -402,13 +415,18 @@ std::map<std::string, std::string> fx_node_support(const std::string& json_text)
           throw_error(ErrorCode::BadModelFile, "the FX graph refers to an unknown value '", name, "'");
         return operands[key] = scratch.add_input(name, shapes.type_of((*meta->second)[index]));
       };
+      const std::string name = node.at("name").get<std::string>();
       std::string verdict;
       try {
-        convert_node(scratch, shapes, node, resolve);
+        std::vector<Value*> outs = convert_node(scratch, shapes, node, resolve);
+        for (size_t i = 0; i < outs.size() && verdict.empty(); ++i)
+          if (!outs[i] && read.count({name, i}))
+            verdict = "output " + std::to_string(i) + " of node '" + name +
+                      "' is used, but Kiln doesn't compute it";
       } catch (const Error& e) {
         verdict = e.what();
       }
-      verdicts[node.at("name").get<std::string>()] = verdict;
+      verdicts[name] = verdict;
     }
   } catch (const Json::exception& e) {
     throw_error(ErrorCode::BadModelFile, "the serialized FX graph is malformed: ", e.what());

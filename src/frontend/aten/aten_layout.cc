@@ -57,7 +57,10 @@ void register_aten_layout_converters(ConverterRegistry& r) {
       return {ctx.add(t, {ctx.tensor("self")}, {{"diagonal", ctx.integer("diagonal")}})};
     });
   r.add("aten.squeeze.dims", [](ConvertContext& ctx) -> std::vector<Value*> {
-    return {ctx.add("squeeze", {ctx.tensor("self")}, {{"dim", ctx.integers("dim")}})};
+    std::vector<int64_t> dims = ctx.integers("dim");
+    // PyTorch squeezes nothing for an empty list, where Kiln's squeeze reads it as every size-1 dim.
+    if (dims.empty()) return {ctx.add("copy", {ctx.tensor("self")})};
+    return {ctx.add("squeeze", {ctx.tensor("self")}, {{"dim", dims}})};
   });
   r.add("aten.squeeze.dim", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("squeeze", {ctx.tensor("self")},
