@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "frontend/converter.h"
+#include "ir/sym_expr.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -254,9 +255,29 @@ class ShapeReader {
       }
       std::string name = dim.get<std::string>();
       int32_t id = graph_.symbols().find(name);
-      t.shape.push_back(id >= 0 ? Dim::symbolic(id) : graph_.add_symbol(name, 0, INT64_MAX));
+      t.shape.push_back(id >= 0 ? Dim::symbolic(id) : derived_size(name));
     }
     return t;
+  }
+
+  // A size PyTorch computed from the symbols ("s0 + 1"): a symbol of its own, ranged by interval
+  // arithmetic over the symbols it reads when Kiln parses it (so a slice can prove its bounds),
+  // else [0, max].
+  Dim derived_size(const std::string& name) {
+    std::pair<int64_t, int64_t> range{0, INT64_MAX};
+    try {
+      const SymExpr e = SymExpr::parse(name);
+      const SymbolTable& symbols = graph_.symbols();
+      const std::vector<std::string> reads = e.symbol_names();
+      if (std::all_of(reads.begin(), reads.end(),
+                      [&](const std::string& s) { return symbols.find(s) >= 0; }))
+        range = e.range([&](const std::string& s) {
+          const Symbol& symbol = symbols[symbols.find(s)];
+          return std::make_pair(symbol.min, symbol.max);
+        });
+    } catch (const Error&) {  // sympy text Kiln's grammar doesn't take: no range known
+    }
+    return graph_.add_symbol(name, range.first, range.second);
   }
 
  private:

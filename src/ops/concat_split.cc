@@ -3,7 +3,7 @@
 //   concat(tensors...; dim = 0)    PyTorch's cat: the inputs agree on every other dim; a 1-D
 //                                  empty input ([0]) next to inputs of another rank is skipped,
 //                                  as in PyTorch. Symbolic dims along `dim` add up to a derived
-//                                  symbol "A+B+3" whose range is the sum of the ranges.
+//                                  symbol "A + B + 3" whose range is the sum of the ranges.
 //   stack(tensors...; dim = 0)     a new dim of size N at `dim` (in [-(rank+1), rank]).
 //   split(x; split_sizes, dim = 0) one output per size (PyTorch's split_with_sizes); the sizes
 //                                  add up to the dim, which must be static.
@@ -90,7 +90,7 @@ void infer_concat(InferContext& ctx) {
       static_total = saturating_add(static_total, along.size());
     } else {
       const Symbol& s = ctx.symbols()[along.symbol()];
-      if (symbolic_count++) symbolic_names += '+';
+      if (symbolic_count++) symbolic_names += " + ";
       symbolic_names += s.name;
       min_total = saturating_add(min_total, s.min);
       max_total = saturating_add(max_total, s.max);
@@ -102,7 +102,9 @@ void infer_concat(InferContext& ctx) {
   } else if (symbolic_count == 1 && static_total == 0) {
     out[dim] = last_symbolic;
   } else {
-    if (static_total) symbolic_names += '+' + std::to_string(static_total);
+    // Named as PyTorch prints the sum ("s0 + 1"), so that the same size reaching Kiln as an
+    // expression (a slice end, a reshape) is the same symbol.
+    if (static_total) symbolic_names += " + " + std::to_string(static_total);
     out[dim] = derived_dim(ctx, symbolic_names, saturating_add(min_total, static_total),
                            saturating_add(max_total, static_total));
   }

@@ -279,6 +279,15 @@ Dim sliced_dim(InferContext& ctx, Dim in, int64_t start, int64_t end, int64_t st
   return derived_dim(ctx, slice_name(symbol.name, start, end, step), lo, hi);
 }
 
+// True when size `dim` is named `end + c` for an integer c >= 0 (PyTorch's "s0 + 1" for the end
+// "s0"): + and - bind loosest and associate left, so the name reads as (end) + c whatever end is.
+bool exceeds_by_constant(const std::string& dim, const std::string& end) {
+  const std::string prefix = end + " + ";
+  if (dim.size() <= prefix.size() || dim.compare(0, prefix.size(), prefix) != 0) return false;
+  return std::all_of(dim.begin() + static_cast<std::ptrdiff_t>(prefix.size()), dim.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 void infer_slice(InferContext& ctx) {
   check_rank_at_least_1(ctx);
   const TensorType& x = ctx.input(0);
@@ -297,7 +306,10 @@ void infer_slice(InferContext& ctx) {
     // the symbol's range must guarantee; each run re-infers with the end static.
     const Symbol& e = ctx.symbols()[end.symbol()];
     const bool within = x.shape[dim].is_static() ? e.max <= x.shape[dim].size()
-                                                 : x.shape[dim] == end;
+                                                 : x.shape[dim] == end ||
+                                                       exceeds_by_constant(
+                                                           ctx.symbols()[x.shape[dim].symbol()].name,
+                                                           e.name);
     ctx.check(start >= 0 && start <= e.min && within,
               "the dynamic end " + sym_end + " in [" + std::to_string(e.min) + ", " +
                   std::to_string(e.max) + "] may leave " +

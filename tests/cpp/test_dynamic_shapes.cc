@@ -169,6 +169,36 @@ TEST(DynamicShapes, SliceWithADynamicEnd) {
   }
 }
 
+// GPT-2's position ids: cat([past, new], 1) is [2, s + 1] (PyTorch's name for the sum, which
+// concat gives too), then sliced up to s: within the dim whatever s is, unbounded as it is.
+TEST(DynamicShapes, SliceUpToASumsSummand) {
+  auto g = parse_graph(R"(graph @g {
+    sym s in [2, 9223372036854775807]
+    input %ids : f32[2, s]
+    input %last : f32[2, 1]
+    %cat = concat(%ids, %last) {dim = 1}
+    %head = slice(%cat) {dim = 1, sym_end = "s"}
+    %tail = slice(%cat) {dim = 1, start = 1, sym_end = "s + 1"}
+    output %head, %tail
+  })");
+  EXPECT_EQ(shape_string(g->find_value("cat")->type().shape, &g->symbols()), "[2, s + 1]");
+  auto compiled = CompiledGraph::compile(*g, CompileOptions{.verify = true});
+  for (int64_t s : {2, 5}) {
+    Tensor ids = Tensor::zeros(DType::F32, {2, s});
+    Tensor last = Tensor::zeros(DType::F32, {2, 1});
+    for (int64_t i = 0; i < 2 * s; ++i) ids.data<float>()[i] = static_cast<float>(i);
+    last.data<float>()[0] = -1.f;
+    last.data<float>()[1] = -2.f;
+    std::vector<Tensor> out = compiled->run({ids.view(), last.view()});
+    ASSERT_EQ(out[0].sizes(), (std::vector<int64_t>{2, s}));
+    ASSERT_EQ(out[1].sizes(), (std::vector<int64_t>{2, s}));
+    for (int64_t j = 0; j < s; ++j) {
+      EXPECT_EQ(out[0].data<float>()[j], j);                              // ids row 0
+      EXPECT_EQ(out[1].data<float>()[j], j + 1 < s ? j + 1 : -1.f);       // shifted by one
+    }
+  }
+}
+
 TEST(DynamicShapes, SliceEndThatMayLeaveTheDimFails) {
   std::string message;
   EXPECT_EQ(error_code_of([&] {

@@ -90,10 +90,10 @@ TEST(OpsConcatSplit, ConcatAddsSymbolicDims) {
 
   Value* grown = g.add("concat", {cache, step}, dim_attr(1));
   ASSERT_FALSE(grown->type().shape[1].is_static());
-  EXPECT_EQ(g.symbols()[grown->type().shape[1].symbol()], (Symbol{"P+T", 1, 108}));
+  EXPECT_EQ(g.symbols()[grown->type().shape[1].symbol()], (Symbol{"P + T", 1, 108}));
   EXPECT_EQ(g.add("concat", {cache, step}, dim_attr(1))->type(), grown->type());  // reused
   Dim plus = g.add("concat", {one, cache, one}, dim_attr(1))->type().shape[1];
-  EXPECT_EQ(g.symbols()[plus.symbol()], (Symbol{"P+2", 2, 102}));
+  EXPECT_EQ(g.symbols()[plus.symbol()], (Symbol{"P + 2", 2, 102}));
   EXPECT_EQ(g.add("concat", {empty, step}, dim_attr(1))->type().shape[1], fresh);
   // A symbolic dim off the concat dim unifies with the others.
   Dim batch = g.add_symbol("B", 1, 4);

@@ -24,16 +24,22 @@ def tiny_bert():
                                     intermediate_size=128, vocab_size=100)).eval()
 
 
-def tiny_gpt2():
+def tiny_gpt2(use_cache=True):
     return T.GPT2Model(T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100,
-                                    bos_token_id=0, eos_token_id=0)).eval()
+                                    bos_token_id=0, eos_token_id=0, use_cache=use_cache)).eval()
+
+
+def tiny_gpt2_without_cache():
+    # Its position ids slice a [batch, s + 1] concat up to s (the benchmark's configuration).
+    return tiny_gpt2(use_cache=False)
 
 
 def ids(batch, seq, seed=0):
     return torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("make", [tiny_bert, tiny_gpt2], ids=["bert", "gpt2"])
+@pytest.mark.parametrize("make", [tiny_bert, tiny_gpt2, tiny_gpt2_without_cache],
+                         ids=["bert", "gpt2", "gpt2_without_cache"])
 def test_dynamic_true_serves_every_shape_from_one_compile(make):
     torch.manual_seed(0)
     model = make()
