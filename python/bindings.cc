@@ -587,12 +587,14 @@ NB_MODULE(_C, m) {
             d["in_place"] = m.in_place;
             d["placement"] = m.placement;
             d["schedule"] = m.schedule;
+            d["prepacked_bytes"] = m.prepacked_bytes;
             return d;
           },
           "input_sizes"_a,
           "What the memory planner did for these input sizes: a dict with arena_bytes, "
           "intermediate_bytes (all intermediates unshared), peak_live_bytes (the lower bound), "
-          "buffers, in_place, placement and schedule.")
+          "buffers, in_place, placement, schedule and prepacked_bytes (weights reordered for the "
+          "kernels, shared by every plan of the graph).")
       .def("cached_plans", &CompiledGraph::cached_plans,
            "The input sizes of the cached plans, most recently used first (gears included).")
       .def("memory_plan", &CompiledGraph::memory_plan, "input_sizes"_a, "format"_a = "table",

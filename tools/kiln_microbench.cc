@@ -420,8 +420,11 @@ std::vector<GemmCase> gemm_cases(bool smoke) {
                 dh = smoke ? 16 : 64, seq = smoke ? 16 : 128;
   for (int64_t m : ms) {
     auto linear = [&](const std::string& what, int64_t k, int64_t n) {
-      cases.push_back({what + " " + std::to_string(k) + "x" + std::to_string(n), {m, k}, {n, k},
-                       true, true});
+      const std::string name = what + " " + std::to_string(k) + "x" + std::to_string(n);
+      cases.push_back({name, {m, k}, {n, k}, true, true});
+      // The same weights read in their own layout: what prepacking them buys, against the
+      // memory a packed copy costs.
+      cases.push_back({name + ", weights not prepacked", {m, k}, {n, k}, true, false});
     };
     linear("linear (QKV, attention output)", d, d);
     linear("linear (MLP up)", d, ff);

@@ -57,6 +57,9 @@ struct MemoryStats {
   size_t in_place = 0;            // node outputs written over the memory of a dying input
   std::string placement;          // the placement strategy kept
   std::string schedule;           // the execution order kept
+  // Constants reordered for the kernels (oneDNN's blocked weights), held by the compiled graph
+  // and shared by all its plans: memory on top of the constants themselves.
+  size_t prepacked_bytes = 0;
 };
 
 // One node's execution, reported to a RunObserver after its kernel returned. The views hold

@@ -116,6 +116,7 @@ Conv2dEquivalent conv2d_equivalent(const KernelSpec& spec) {
   // A constant's bytes are already conv2d's layout (only its recorded sizes lack the H = 1), so
   // conv2d's kernels prepack the very constants of the conv1d node.
   conv2d_spec.constant_inputs = spec.constant_inputs;
+  conv2d_spec.prepared = spec.prepared;
   return Conv2dEquivalent{std::move(graph), std::move(conv2d_spec)};
 }
 

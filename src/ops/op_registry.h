@@ -13,6 +13,7 @@
 
 #include "kiln/error.h"
 #include "kiln/graph.h"
+#include "ops/prepared_constants.h"
 
 namespace kiln {
 
@@ -83,6 +84,9 @@ struct KernelSpec {
   // prepack it once here and ignore the pointer at run time.
   std::vector<const Tensor*> constant_inputs;
   int threads = 1;
+  // Where a kernel shares its prepared constants with the compiled graph's other kernels; null
+  // (constant folding, tests) makes each kernel prepare its own.
+  PreparedConstants* prepared = nullptr;
 
   std::vector<int64_t> input_sizes(size_t i) const { return static_sizes(inputs.at(i).shape); }
   std::vector<int64_t> output_sizes(size_t i) const { return static_sizes(outputs.at(i).shape); }

@@ -23,6 +23,9 @@ struct CompiledGraph::Impl {
   PipelineReport pipeline_report;
   std::shared_ptr<const ExecPlan> static_plan;  // when every input dim is static
   std::shared_ptr<Profiler> profiler;  // profile_path or KILN_PROFILE; null when not profiling
+  // Weights prepacked once for every plan: a new shape costs primitive creation, not a reorder of
+  // every weight, and holds no second copy of them.
+  PreparedConstants prepared;
 
   // One plan cache for every shape: LRU over the unpinned entries; gears are pinned entries.
   struct CacheEntry {
@@ -330,7 +333,7 @@ void CompiledGraph::Impl::check_gears() {
 
 std::shared_ptr<const ExecPlan> CompiledGraph::Impl::make_plan(
     const std::vector<std::vector<int64_t>>& sizes) {
-  auto plan = std::make_shared<const ExecPlan>(*graph, sizes, options, threads);
+  auto plan = std::make_shared<const ExecPlan>(*graph, sizes, options, threads, &prepared);
   if (options.dump_type.empty()) return plan;
   // Partition and select run per plan (they need shapes): the dump is the graph with each
   // node's kernel, engine and engine subgraph; a symbolic graph's plans are told apart by shape.
@@ -420,7 +423,9 @@ std::string CompiledGraph::describe_plan(
 MemoryStats CompiledGraph::memory_stats(
     const std::vector<std::vector<int64_t>>& input_sizes) const {
   impl_->check_input_sizes(input_sizes);
-  return impl_->plan_for(impl_->route(input_sizes))->memory_stats();
+  MemoryStats stats = impl_->plan_for(impl_->route(input_sizes))->memory_stats();
+  stats.prepacked_bytes = impl_->prepared.held_bytes();
+  return stats;
 }
 
 std::string CompiledGraph::memory_plan(const std::vector<std::vector<int64_t>>& input_sizes,

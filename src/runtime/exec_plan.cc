@@ -140,7 +140,7 @@ MemoryLayout lay_out(const LayoutInput& in, std::vector<size_t> order, std::stri
 }  // namespace
 
 ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
-                   const CompileOptions& options, int threads)
+                   const CompileOptions& options, int threads, PreparedConstants* prepared)
     : graph_(&graph) {
   std::unordered_map<const Value*, TensorType> types;
   std::unordered_map<const Value*, size_t> slot_of;
@@ -179,7 +179,7 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     if (!def)
       throw_error(ErrorCode::UnsupportedOperator, "node '", node->name(), "' has unknown op '",
                   node->op(), "'");
-    KernelSpec spec{*node, {}, {}, {}, threads};
+    KernelSpec spec{*node, {}, {}, {}, threads, prepared};
     for (const Value* in : node->inputs()) {
       spec.inputs.push_back(types.at(in));
       spec.constant_inputs.push_back(in->kind() == Value::Kind::Constant ? &in->constant()

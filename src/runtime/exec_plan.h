@@ -44,9 +44,10 @@ struct RunContext {
 
 class ExecPlan {
  public:
-  // Binds `graph` to `input_sizes` (already validated) and prepares every kernel.
+  // Binds `graph` to `input_sizes` (already validated) and prepares every kernel; kernels share
+  // their prepared constants through `prepared` (may be null) with other plans of the graph.
   ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
-           const CompileOptions& options, int threads);
+           const CompileOptions& options, int threads, PreparedConstants* prepared);
 
   const std::vector<std::vector<int64_t>>& output_sizes() const { return output_sizes_; }
   const std::vector<DType>& output_dtypes() const { return output_dtypes_; }

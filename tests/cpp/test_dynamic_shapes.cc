@@ -399,5 +399,31 @@ TEST(Gears, PaddingNeedsOutputDimsItCanCut) {
   EXPECT_EQ(compiled->run({x.view()})[0].sizes(), (std::vector<int64_t>{16}));
 }
 
+// Every plan of a dynamic graph uses one prepacked copy of each weight: a new shape doesn't
+// reorder the weights again nor hold a second copy of them.
+TEST(DynamicShapes, PlansShareThePrepackedWeights) {
+  auto g = parse_graph(R"(graph @g {
+    sym N in [1, 8]
+    input %x : f32[N, 1, 5, 5]
+    const %w : f32[2, 1, 2, 2] = [1.0, -2.0, 0.5, 3.0, -1.5, 2.5, 4.0, -0.5]
+    %y = conv2d(%x, %w) {stride = [1, 1], padding = [0, 0, 0, 0], dilation = [1, 1], groups = 1}
+    output %y
+  })");
+  auto compiled = CompiledGraph::compile(*g, CompileOptions{.verify = true});
+  auto reference = CompiledGraph::compile(*g, CompileOptions{.kernel_policy = "reference"});
+  ASSERT_NE(compiled->describe_plan({{1, 1, 5, 5}}).find("onednn"), std::string::npos);
+  const size_t one_copy = compiled->memory_stats({{1, 1, 5, 5}}).prepacked_bytes;
+  EXPECT_GE(one_copy, 8 * sizeof(float));
+  for (int64_t n : {3, 8, 1}) {
+    Tensor x = random_input({n, 1, 5, 5}, static_cast<unsigned>(n));
+    const Tensor got = compiled->run({x.view()})[0], want = reference->run({x.view()})[0];
+    ASSERT_EQ(got.sizes(), want.sizes());
+    for (int64_t i = 0; i < got.numel(); ++i)
+      EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5) << "n " << n << " at " << i;
+    EXPECT_EQ(compiled->memory_stats({{n, 1, 5, 5}}).prepacked_bytes, one_copy) << "n " << n;
+  }
+  EXPECT_EQ(compiled->cached_plans().size(), 3u);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -10,8 +10,9 @@ statically once per sequence length. Per shape it reports the median latency of 
 ratio dynamic/static and the largest difference from eager; per model and batch, the dynamic
 compile's time (its first call) against the sum of the static compiles' (theirs). A dynamic
 graph plans each new shape on its first call: that time is reported as "first call" and is not
-counted as compile time. Everything runs in one process, static and dynamic alternating per
-shape so that a drift of the machine touches both alike. A model and batch whose compile or
+counted as compile time. Everything runs in one process; per shape the dynamic graph and that
+shape's static graph are timed call by call in turn, so that a drift of the machine touches
+both alike. A model and batch whose compile or
 run fails report the error in their status instead of figures.
 """
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
+import itertools
 import json
 import os
 import statistics
@@ -72,15 +75,32 @@ def _timed_first_call(run, inputs) -> tuple[torch.Tensor, float]:
     return output, time.perf_counter() - start
 
 
-def _median_ms(run, inputs, warmup: int, iterations: int) -> float:
-    for _ in range(warmup):
-        run(inputs)
-    times = []
+_entry_ids = itertools.count()
+
+
+def _entry(model: torch.nn.Module):
+    """A function calling `model` with a code object of its own. Dynamo caches compiled code per
+    code object, so each entry keeps its compiled graph while another compiles: the dynamic graph
+    and one static graph can be timed side by side without torch._dynamo.reset()."""
+    def call(x):
+        return model(x)
+    call.__code__ = call.__code__.replace(co_name=f"call_{next(_entry_ids)}")
+    return call
+
+
+def _interleaved_medians_ms(runs: list, inputs, warmup: int, iterations: int) -> list[float]:
+    """The median latency of each of `runs`, called in turn call by call so that a drift of the
+    machine touches them alike."""
+    for run in runs:
+        for _ in range(warmup):
+            run(inputs)
+    times = [[] for _ in runs]
     for _ in range(iterations):
-        start = time.perf_counter()
-        run(inputs)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for run, samples in zip(runs, times):
+            start = time.perf_counter()
+            run(inputs)
+            samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) * 1e3 for samples in times]
 
 
 def measure(model_id: str, size: str, batch: int, seqs: list[int], threads: int, warmup: int,
@@ -103,25 +123,25 @@ def measure(model_id: str, size: str, batch: int, seqs: list[int], threads: int,
         torch._dynamo.reset()
         # dynamic=True rather than mark_dynamic(x, 1): the batch is symbolic too unless it is 1
         # (dynamo specializes 1), and GPT-2's graph under mark_dynamic alone doesn't import yet.
-        dynamic = torch.compile(model, backend=count_frames, dynamic=True)
+        dynamic = torch.compile(_entry(model), backend=count_frames, dynamic=True)
         for i, s in enumerate(seqs):
-            x = inputs[s]
-            out, first = _timed_first_call(dynamic, x)
+            out, first = _timed_first_call(dynamic, inputs[s])
             if i == 0:
                 dynamic_compile = first
-            row = {"model": model_id, "batch": batch, "seq": s, "dynamic_first_call_s": first,
-                   "max_abs_err": _errors(out, references[s])[0]}
-            row["dynamic_ms"] = _median_ms(dynamic, x, warmup, iterations)
-            rows.append(row)
+            rows.append({"model": model_id, "batch": batch, "seq": s,
+                         "dynamic_first_call_s": first,
+                         "max_abs_err": _errors(out, references[s])[0]})
         dynamo_compiles = len(frames)
         for row in rows:
-            torch._dynamo.reset()
             x = inputs[row["seq"]]
-            static = torch.compile(model, backend=_kiln(threads), dynamic=False)
+            static = torch.compile(_entry(model), backend=_kiln(threads), dynamic=False)
             out, row["static_compile_s"] = _timed_first_call(static, x)
             row["max_abs_err"] = max(row["max_abs_err"], _errors(out, references[row["seq"]])[0])
-            row["static_ms"] = _median_ms(static, x, warmup, iterations)
+            row["dynamic_ms"], row["static_ms"] = _interleaved_medians_ms(
+                [dynamic, static], x, warmup, iterations)
             row["ratio"] = row["dynamic_ms"] / row["static_ms"]
+            del static, out
+            gc.collect()  # the static graph's weights and plan go before the next one's compile
         torch._dynamo.reset()
     summary = {"model": model_id, "batch": batch, "status": "ok",
                "dynamic_compile_s": dynamic_compile,

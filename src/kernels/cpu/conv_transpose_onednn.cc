@@ -49,7 +49,7 @@ class OneDnnConvTranspose2d final : public KernelInstance {
     weights_desc_ = pd.weights_desc();
     bias_desc_ = pd.bias_desc();
     scratchpad_desc_ = pd.scratchpad_desc();
-    if (w_constant) packed_w_ = reorder_into(w_plain, w_constant->data(), weights_desc_);
+    if (w_constant) packed_w_ = prepacked_constant(spec, 1, w_plain, weights_desc_);
   }
 
   size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
@@ -58,7 +58,7 @@ class OneDnnConvTranspose2d final : public KernelInstance {
            void* scratch) const override {
     LibraryThreads scope(threads_);
     const dnnl::engine& engine = onednn_engine();
-    void* w = packed_w_.data() ? packed_w_.data() : const_cast<void*>(inputs[1]);
+    void* w = packed_w_ ? packed_w_->data() : const_cast<void*>(inputs[1]);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, const_cast<void*>(inputs[0]))},
         {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, w)},
@@ -76,7 +76,7 @@ class OneDnnConvTranspose2d final : public KernelInstance {
   bool bias_;
   dnnl::memory::desc src_desc_, weights_desc_, bias_desc_, dst_desc_, scratchpad_desc_;
   dnnl::deconvolution_forward primitive_;
-  Tensor packed_w_;  // w in weights_desc_ when it is a constant, else no storage
+  std::shared_ptr<const Tensor> packed_w_;  // w in weights_desc_ when it is a constant, else null
 };
 
 }  // namespace

@@ -70,7 +70,7 @@ class OneDnnMatmul final : public KernelInstance {
     primitive_ = dnnl::matmul(pd);
     scratchpad_desc_ = pd.scratchpad_desc();
     weights_desc_ = pd.weights_desc();
-    if (b_constant) packed_b_ = reorder_into(b_desc, b_constant->data(), weights_desc_);
+    if (b_constant) packed_b_ = prepacked_constant(spec, 1, b_desc, weights_desc_);
   }
 
   size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
@@ -79,7 +79,7 @@ class OneDnnMatmul final : public KernelInstance {
            void* scratch) const override {
     LibraryThreads scope(threads_);
     const dnnl::engine& engine = onednn_engine();
-    void* b = packed_b_.data() ? packed_b_.data() : const_cast<void*>(inputs[1]);
+    void* b = packed_b_ ? packed_b_->data() : const_cast<void*>(inputs[1]);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, const_cast<void*>(inputs[0]))},
         {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, b)},
@@ -102,7 +102,7 @@ class OneDnnMatmul final : public KernelInstance {
   GemmEpilogue e_;
   dnnl::memory::desc src_desc_, weights_desc_, dst_desc_, bias_desc_, scratchpad_desc_;
   dnnl::matmul primitive_;
-  Tensor packed_b_;  // B in weights_desc_ when it is a constant, else no storage
+  std::shared_ptr<const Tensor> packed_b_;  // B in weights_desc_ when it is a constant, else null
 };
 
 }  // namespace

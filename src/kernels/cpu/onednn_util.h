@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "dnnl.hpp"
 #include "kiln/tensor.h"
+#include "ops/op_registry.h"
 
 namespace kiln::cpu {
 
@@ -65,6 +68,39 @@ inline Tensor reorder_into(const dnnl::memory::desc& from, const void* data,
   dnnl::reorder(src, dst).execute(stream, src, dst);
   stream.wait();
   return packed;
+}
+
+// A key naming the layout `d` describes, equal for equal layouts; empty for formats it doesn't
+// spell out (only blocked ones are: Kiln never asks for another kind of weights).
+inline std::string layout_key(const dnnl::memory::desc& d) {
+  const dnnl_memory_desc_t& m = d.data;
+  if (m.format_kind != dnnl_blocked || m.extra.flags != 0) return {};
+  std::string key = std::to_string(m.data_type) + "@" + std::to_string(m.offset0);
+  auto append = [&key](char tag, const auto* values, int count) {
+    key += tag;
+    for (int i = 0; i < count; ++i) key += std::to_string(values[i]) + ",";
+  };
+  append('d', m.dims, m.ndims);
+  append('p', m.padded_dims, m.ndims);
+  append('o', m.padded_offsets, m.ndims);
+  const dnnl_blocking_desc_t& b = m.format_desc.blocking;
+  append('s', b.strides, m.ndims);
+  append('b', b.inner_blks, b.inner_nblks);
+  append('i', b.inner_idxs, b.inner_nblks);
+  return key;
+}
+
+// Input `index` of the kernel (a constant) reordered from `from` into `to`: shared with every
+// other kernel of the compiled graph that asks for the same reorder of it.
+inline std::shared_ptr<const Tensor> prepacked_constant(const KernelSpec& spec, size_t index,
+                                                        const dnnl::memory::desc& from,
+                                                        const dnnl::memory::desc& to) {
+  const void* data = spec.constant_inputs.at(index)->data();
+  auto reorder = [&] { return reorder_into(from, data, to); };
+  const std::string from_key = layout_key(from), to_key = layout_key(to);
+  if (!spec.prepared || from_key.empty() || to_key.empty())
+    return std::make_shared<const Tensor>(reorder());
+  return spec.prepared->get(data, "onednn:" + from_key + "->" + to_key, reorder);
 }
 
 }  // namespace kiln::cpu
