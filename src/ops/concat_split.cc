@@ -40,14 +40,6 @@ int64_t saturating_add(int64_t a, int64_t b) {
   return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
-// The symbol `name` with range [min, max], added on first use; a static dim when min == max.
-// (A general InferContext helper would serve indexing.cc's slice too.)
-Dim derived_dim(InferContext& ctx, const std::string& name, int64_t min, int64_t max) {
-  if (min == max) return Dim(min);
-  int32_t existing = ctx.symbols().find(name);
-  return Dim::symbolic(existing >= 0 ? existing : ctx.symbols().add(name, min, max));
-}
-
 // ---------------------------------------------------------------- inference
 
 bool is_legacy_empty(const TensorType& t) { return t.shape == Shape{Dim(0)}; }
@@ -105,7 +97,7 @@ void infer_concat(InferContext& ctx) {
     // Named as PyTorch prints the sum ("s0 + 1"), so that the same size reaching Kiln as an
     // expression (a slice end, a reshape) is the same symbol.
     if (static_total) symbolic_names += " + " + std::to_string(static_total);
-    out[dim] = derived_dim(ctx, symbolic_names, saturating_add(min_total, static_total),
+    out[dim] = ctx.derived_dim(symbolic_names, saturating_add(min_total, static_total),
                            saturating_add(max_total, static_total));
   }
   ctx.set_output(0, TensorType{first.dtype, out, first.layout});

@@ -55,13 +55,6 @@ size_t wrapped(int64_t dim, size_t rank) {
   return static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(rank) : dim);
 }
 
-// The symbol `name` with range [min, max], added on first use; a static dim when min == max.
-Dim derived_dim(InferContext& ctx, const std::string& name, int64_t min, int64_t max) {
-  if (min == max) return Dim(min);
-  int32_t existing = ctx.symbols().find(name);
-  return Dim::symbolic(existing >= 0 ? existing : ctx.symbols().add(name, min, max));
-}
-
 void check_rank_at_least_1(InferContext& ctx) {
   ctx.check(ctx.input(0).rank() >= 1,
             ctx.op() + " needs a tensor of rank 1 or more; unsqueeze the 0-d input first");
@@ -276,7 +269,7 @@ Dim sliced_dim(InferContext& ctx, Dim in, int64_t start, int64_t end, int64_t st
     identity = identity && count(p) == p;
   }
   if (identity) return in;
-  return derived_dim(ctx, slice_name(symbol.name, start, end, step), lo, hi);
+  return ctx.derived_dim(slice_name(symbol.name, start, end, step), lo, hi);
 }
 
 // True when size `dim` is named `end + c` for an integer c >= 0 (PyTorch's "s0 + 1" for the end

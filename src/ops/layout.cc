@@ -61,13 +61,6 @@ int64_t saturating_mul(int64_t a, int64_t b) {
   return b != 0 && a > INT64_MAX / b ? INT64_MAX : a * b;
 }
 
-// The symbol `name` over [min, max], added on first use; a static dim when min == max.
-Dim derived_dim(InferContext& ctx, const std::string& name, int64_t min, int64_t max) {
-  if (min == max) return Dim(min);
-  const int32_t existing = ctx.symbols().find(name);
-  return Dim::symbolic(existing >= 0 ? existing : ctx.symbols().add(name, min, max));
-}
-
 // The product of `dims`: static when they are, else the symbol "A*B*6" whose range is the
 // product of the ranges (saturating).
 Dim product_dim(InferContext& ctx, std::span<const Dim> dims) {
@@ -85,7 +78,7 @@ Dim product_dim(InferContext& ctx, std::span<const Dim> dims) {
   }
   if (name.empty() || factor == 0) return Dim(factor);
   if (factor != 1) name += "*" + std::to_string(factor);
-  return derived_dim(ctx, name, saturating_mul(min, factor), saturating_mul(max, factor));
+  return ctx.derived_dim(name, saturating_mul(min, factor), saturating_mul(max, factor));
 }
 
 // d + delta: static, or the symbol "S+2" / "S-2" over the shifted range.
@@ -97,7 +90,7 @@ Dim offset_dim(InferContext& ctx, Dim d, int64_t delta) {
   // An unbounded symbol stays unbounded; a bounded one saturates.
   const bool saturates = s.max == INT64_MAX || (delta > 0 && s.max > INT64_MAX - delta);
   const int64_t max = saturates ? INT64_MAX : s.max + delta;
-  return derived_dim(ctx, name, s.min + delta, max);
+  return ctx.derived_dim(name, s.min + delta, max);
 }
 
 // The smallest size a dim can have.

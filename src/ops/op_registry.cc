@@ -113,6 +113,12 @@ Dim InferContext::derive(Dim in, const std::function<int64_t(int64_t)>& f,
   return Dim::symbolic(symbols_.add(name, lo, hi));
 }
 
+Dim InferContext::derived_dim(const std::string& name, int64_t min, int64_t max) {
+  if (min == max) return Dim(min);
+  const int32_t existing = symbols_.find(name);
+  return Dim::symbolic(existing >= 0 ? existing : symbols_.add(name, min, max));
+}
+
 Dim InferContext::unify(Dim a, Dim b, const std::string& what) {
   if (a == b) return a;
   if (a.is_static() && b.is_static())

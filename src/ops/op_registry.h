@@ -61,6 +61,9 @@ class InferContext {
   // Two dims that must be equal: a static one wins over a symbolic one; fails when both are
   // static and differ. Run-time inference on concrete shapes re-checks symbolic ones.
   Dim unify(Dim a, Dim b, const std::string& what);
+  // A dim derived from symbolic ones (a sum, product, slice length): the symbol `name` over
+  // [min, max], added to the graph's table on first use; a static dim when min == max.
+  Dim derived_dim(const std::string& name, int64_t min, int64_t max);
   // NumPy-style broadcast of two shapes.
   Shape broadcast(const Shape& a, const Shape& b);
 
