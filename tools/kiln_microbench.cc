@@ -7,8 +7,9 @@
 //                of peak, the kernel the selection rule picks and the fastest one
 //   conv         conv2d's kernels on each distinct convolution of ResNet-50 at batch 1, and the
 //                network's total weighted by occurrences
-//   elementwise  relu, exp, gelu, add, broadcast add on tensors larger than the last-level
-//                cache, GB/s against memcpy of the same bytes on the same threads
+//   elementwise  relu, exp, gelu (erf and tanh), sigmoid, silu, tanh, erf, add, broadcast add on
+//                tensors larger than the last-level cache, GB/s against memcpy of the same
+//                bytes on the same threads
 //   overhead     CompiledGraph::run of a one-node graph on a tiny tensor against its kernel alone
 //
 // Kernels are created through the op registry from a one-node graph, exactly as ExecPlan creates
@@ -605,6 +606,11 @@ Json bench_elementwise(const Options& o, bool& mismatch) {
       {"relu", "relu", {}, false, false},
       {"exp", "exp", {}, false, false},
       {"gelu (erf)", "gelu", {{"approximate", std::string("none")}}, false, false},
+      {"gelu (tanh)", "gelu", {{"approximate", std::string("tanh")}}, false, false},
+      {"sigmoid", "sigmoid", {}, false, false},
+      {"silu", "silu", {}, false, false},
+      {"tanh", "tanh", {}, false, false},
+      {"erf", "erf", {}, false, false},
       {"add", "add", {}, true, false},
       {"add, broadcast row [1024]", "add", {}, true, true},
   };

@@ -791,6 +791,53 @@ TEST(OpsElementwise, Avx2UlpErrorOverAllExponents) {
   }
 }
 
+// The transcendental kernels take a fast path for a vector whose lanes are all within a bound
+// (gelu 3.74, 4 and 8, erf 9, exp, sigmoid and silu 87) and the full one otherwise: every
+// border value, just inside and just outside, and every extreme value, in each lane of a vector
+// of ordinary values, matches the reference within the op's bound.
+TEST(OpsElementwise, Avx2FastPathBorders) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::vector<float> specials = test::extreme_floats();
+  for (float border : {3.74f, 4.0f, 8.0f, 9.0f, 87.0f})
+    for (float b : {border, -border})
+      specials.insert(specials.end(), {b, std::nextafter(b, 0.0f), std::nextafter(b, 2 * b)});
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> ordinary(-3.9f, 3.9f);
+  Tensor x = Tensor::empty(DType::F32, {static_cast<int64_t>(specials.size()) * 8 * 8});
+  float* p = x.data<float>();
+  for (float special : specials)
+    for (int lane = 0; lane < 8; ++lane)
+      for (int i = 0; i < 8; ++i) *p++ = i == lane ? special : ordinary(rng);
+  for (const UnaryCase& c : unary_cases()) {
+    if (!c.sweep) continue;
+    SCOPED_TRACE(case_name(c));
+    OneNode node(c.op, {type_of(DType::F32, {x.numel()})}, c.attrs);
+    expect_matches_reference(*node.node, {x}, c.max_ulp);
+  }
+}
+
+// gelu's fast paths (piecewise polynomials of Phi(-|x|) on [-3.74, 3.74] and of
+// sigmoid(-2u(|x|)) on [-4, 4]) over every 251st f32 of their range, both signs: at most 3 ULP
+// (erf form) and 2 ULP (tanh form), what sweeps over every 5th and every 7th pattern measured.
+TEST(OpsElementwise, Avx2GeluFastPathUlp) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  for (const auto& [approximate, bound, max_ulp] :
+       {std::tuple<std::string, float, int64_t>{"none", 3.74f, 3}, {"tanh", 4.0f, 2}}) {
+    SCOPED_TRACE(approximate);
+    std::vector<float> values;
+    for (uint32_t u = 0; u <= std::bit_cast<uint32_t>(bound); u += 251) {
+      values.push_back(std::bit_cast<float>(u));
+      values.push_back(-std::bit_cast<float>(u));
+    }
+    values.push_back(bound);
+    values.push_back(-bound);
+    Tensor x = Tensor::empty(DType::F32, {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), x.data<float>());
+    OneNode node("gelu", {type_of(DType::F32, {x.numel()})}, {{"approximate", approximate}});
+    expect_matches_reference(*node.node, {x}, max_ulp);
+  }
+}
+
 using Sizes = std::vector<int64_t>;
 const std::vector<std::pair<Sizes, Sizes>>& broadcast_patterns() {
   static const std::vector<std::pair<Sizes, Sizes>> patterns = {

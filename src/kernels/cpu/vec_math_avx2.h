@@ -56,31 +56,68 @@ struct ExpParts {
   __m256i n;  // in [-216, 128]
 };
 
-KILN_VEC ExpParts exp_parts(__m256 hi, __m256 lo) {
-  // Constants first: max/min return their second operand on NaN, so NaN passes through.
-  const __m256 x = _mm256_min_ps(splat(89.0f), _mm256_max_ps(splat(-150.0f), hi));
-  lo = _mm256_and_ps(lo, _mm256_cmp_ps(x, hi, _CMP_EQ_OQ));  // a clamped hi drops lo
-  // x = n ln2 + r, |r| <= ln2 / 2; ln2 in two parts so that n * ln2_hi is exact (Cody-Waite).
+// x = n ln2 + r, |r| <= ln2 / 2 (n an integer-valued float); ln2 in two parts so that
+// n * ln2_hi is exact (Cody-Waite).
+struct ExpReduced {
+  __m256 r, n;
+};
+KILN_VEC ExpReduced exp_reduce(__m256 x) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, splat(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, splat(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, splat(-2.12194440e-4f), r);
-  r = _mm256_add_ps(r, lo);
-  // e^r = 1 + r + r^2 P(r) (Cephes expf).
-  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
-                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
-  __m256 m = _mm256_fmadd_ps(polynomial(r, P), _mm256_mul_ps(r, r), r);
-  m = _mm256_add_ps(m, splat(1.0f));
-  m = _mm256_andnot_ps(_mm256_cmp_ps(hi, splat(-150.0f), _CMP_LT_OQ), m);
-  return {m, _mm256_cvtps_epi32(n)};
+  return {r, n};
 }
 
+// e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (Cephes expf).
+KILN_VEC __m256 exp_polynomial(__m256 r) {
+  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  const __m256 m = _mm256_fmadd_ps(polynomial(r, P), _mm256_mul_ps(r, r), r);
+  return _mm256_add_ps(m, splat(1.0f));
+}
+
+KILN_VEC ExpParts exp_parts(__m256 hi, __m256 lo) {
+  // Constants first: max/min return their second operand on NaN, so NaN passes through.
+  const __m256 x = _mm256_min_ps(splat(89.0f), _mm256_max_ps(splat(-150.0f), hi));
+  lo = _mm256_and_ps(lo, _mm256_cmp_ps(x, hi, _CMP_EQ_OQ));  // a clamped hi drops lo
+  const ExpReduced e = exp_reduce(x);
+  __m256 m = exp_polynomial(_mm256_add_ps(e.r, lo));
+  m = _mm256_andnot_ps(_mm256_cmp_ps(hi, splat(-150.0f), _CMP_LT_OQ), m);
+  return {m, _mm256_cvtps_epi32(e.n)};
+}
+
+// exp_parts without its clamping, for |hi| <= 87 (callers check, with all_within): n is in
+// [-126, 126], so m * 2^n rounds once in one multiply by pow2(n).
+KILN_VEC ExpParts exp_parts_in_range(__m256 hi, __m256 lo) {
+  const ExpReduced e = exp_reduce(hi);
+  return {exp_polynomial(_mm256_add_ps(e.r, lo)), _mm256_cvtps_epi32(e.n)};
+}
+
+// True when every lane of x is within [-bound, bound] (false with a NaN): fast paths that skip
+// the handling of extreme inputs take whole vectors only.
+KILN_VEC bool all_within(__m256 x, float bound) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(abs(x), splat(bound), _CMP_LE_OQ)) == 0xFF;
+}
+
+// (Vectors all within [-87, 87] skip exp_parts' clamping and ldexp's two steps: one multiply by
+// a normal 2^n rounds the same.)
 KILN_VEC __m256 exp_hilo(__m256 hi, __m256 lo) {
+  if (all_within(hi, 87.0f)) [[likely]] {
+    const ExpParts e = exp_parts_in_range(hi, lo);
+    return _mm256_mul_ps(e.m, pow2(e.n));
+  }
   const ExpParts e = exp_parts(hi, lo);
   return ldexp(e.m, e.n);
 }
 
-KILN_VEC __m256 exp(__m256 x) { return exp_hilo(x, _mm256_setzero_ps()); }
+// exp_hilo(x, 0) bit for bit, its fast path without the addition of lo.
+KILN_VEC __m256 exp(__m256 x) {
+  if (!all_within(x, 87.0f)) [[unlikely]]
+    return exp_hilo(x, _mm256_setzero_ps());
+  const ExpReduced e = exp_reduce(x);
+  return _mm256_mul_ps(exp_polynomial(e.r), pow2(_mm256_cvtps_epi32(e.n)));
+}
 
 // sigmoid(hi + lo) = m * 2^n (see ExpParts), as e / (1 + e) or 1 / (1 + e) with
 // e = exp(-|hi + lo|) <= 1: no overflow, and results near or below the subnormals stay accurate.
@@ -101,7 +138,22 @@ KILN_VEC SigmoidParts sigmoid_parts(__m256 hi, __m256 lo) {
   return {m, n};
 }
 
+// sigmoid(hi + lo) for |hi| <= 87 (callers check, with all_within): e = exp(-|hi + lo|) is a
+// normal f32 there, so e / (1 + e) or 1 / (1 + e) in one division is sigmoid_parts' m * 2^n bit
+// for bit, without its clamping and two-step scalings.
+KILN_VEC __m256 sigmoid_in_range(__m256 hi, __m256 lo) {
+  const __m256 neg_lo = _mm256_sub_ps(_mm256_setzero_ps(), lo);
+  const ExpParts e =
+      exp_parts_in_range(_mm256_or_ps(hi, splat(-0.0f)), _mm256_xor_ps(neg_lo, sign_bits(hi)));
+  const __m256 ex = _mm256_mul_ps(e.m, pow2(e.n));
+  const __m256 non_negative = _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GE_OQ);
+  return _mm256_div_ps(_mm256_blendv_ps(ex, splat(1.0f), non_negative),
+                       _mm256_add_ps(splat(1.0f), ex));
+}
+
 KILN_VEC __m256 sigmoid(__m256 x) {
+  if (all_within(x, 87.0f)) [[likely]]
+    return sigmoid_in_range(x, _mm256_setzero_ps());
   const SigmoidParts s = sigmoid_parts(x, _mm256_setzero_ps());
   return ldexp(s.m, s.n);
 }
@@ -132,12 +184,13 @@ KILN_VEC __m256 erfcx_times_s(__m256 s) {
   return polynomial(t, H);
 }
 
-// gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2.
+// gelu(x) = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, for any x (gelu_erf takes the faster
+// path below where it can):
 //  * |x| < 1/sqrt 2: Phi = (1 + erf(x / sqrt 2)) / 2 with erf(x / sqrt 2) = x Q(x^2).
 //  * otherwise E = erfc(|x| / sqrt 2) = exp(-x^2 / 2) * erfcx(|x| / sqrt 2), with x^2 split into
 //    hi + lo exactly (FMA) and erfcx as above; Phi = 1 - E/2 for x > 0, E/2 for x < 0 (no
 //    cancellation: the tail keeps its relative accuracy down to the subnormals).
-KILN_VEC __m256 gelu_erf(__m256 x) {
+KILN_VEC __m256 gelu_erf_any(__m256 x) {
   const __m256 ax = abs(x);
   const __m256 half_x = _mm256_mul_ps(x, splat(0.5f));
   const __m256 x2 = _mm256_mul_ps(x, x);
@@ -160,10 +213,94 @@ KILN_VEC __m256 gelu_erf(__m256 x) {
   return _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, splat(0.70710678f), _CMP_LT_OQ));
 }
 
+// Phi(-z) = erfc(z / sqrt 2) / 2 for z in [0, 3.75) with a relative error below 3.3 * 2^-24:
+// 8 pieces centred on k / 2 (k = round(2z), 0..7), each a degree-7 polynomial in v = 2z - k
+// (|v| <= 1/2, exact), fitted for relative error with f32 coefficients and evaluated by
+// Estrin's scheme; a permute picks each lane's coefficient from one register per degree, so no
+// exp, division or gather.
+KILN_VEC __m256 normal_cdf_minus(__m256 z) {
+  alignas(32) static constexpr float C[8][8] = {
+      {5.000000000e-01f, 3.085375428e-01f, 1.586552560e-01f, 6.680720299e-02f, 2.275013179e-02f, 6.209665444e-03f, 1.349898055e-03f, 2.326290851e-04f},
+      {-1.994711459e-01f, -1.760326624e-01f, -1.209853664e-01f, -6.475879997e-02f, -2.699548379e-02f, -8.764150552e-03f, -2.215924207e-03f, -4.363413609e-04f},
+      {2.157185719e-07f, 2.200379036e-02f, 3.024618886e-02f, 2.428442799e-02f, 1.349775493e-02f, 5.477584898e-03f, 1.661940943e-03f, 3.817981342e-04f},
+      {8.308549412e-03f, 5.501099862e-03f, 1.793129201e-07f, -3.372725099e-03f, -3.374430351e-03f, -1.917142305e-03f, -7.386395591e-04f, -2.045340807e-04f},
+      {1.615516339e-05f, -1.257478376e-03f, -1.258620177e-03f, -3.781742998e-04f, 2.810388105e-04f, 3.709814046e-04f, 2.077742101e-04f, 7.358339644e-05f},
+      {-3.598305339e-04f, -1.444202790e-04f, 1.243623410e-04f, 1.820725738e-04f, 7.032304711e-05f, -2.097754987e-05f, -3.464836846e-05f, -1.809185960e-05f},
+      {7.081454532e-05f, 3.912159082e-05f, 2.696711272e-05f, -1.348120350e-05f, -2.051142656e-05f, -8.332934158e-06f, 1.595430490e-06f, 2.788806114e-06f},
+      {-3.159855987e-05f, 6.017317901e-06f, -1.804403610e-06f, -8.613189948e-07f, 7.530999255e-07f, 2.430531595e-06f, 7.340395882e-07f, -1.358245214e-07f},
+  };  // C[degree][piece]
+  // 2z + 1.5 * 2^23 rounds 2z to an integer k, which lands in the low mantissa bits: the lanes'
+  // permute index (a permute reads the low 3 bits).
+  const __m256 magic = splat(12582912.0f);
+  const __m256 shifted = _mm256_fmadd_ps(z, splat(2.0f), magic);
+  const __m256 v = _mm256_fmsub_ps(z, splat(2.0f), _mm256_sub_ps(shifted, magic));
+  const __m256i piece = _mm256_castps_si256(shifted);
+  const auto c = [&](int i) KILN_TARGET_AVX2 {
+    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
+  };
+  const __m256 v2 = _mm256_mul_ps(v, v);
+  const __m256 p01 = _mm256_fmadd_ps(c(1), v, c(0)), p23 = _mm256_fmadd_ps(c(3), v, c(2));
+  const __m256 p45 = _mm256_fmadd_ps(c(5), v, c(4)), p67 = _mm256_fmadd_ps(c(7), v, c(6));
+  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
+  return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
+}
+
+// Where every lane is within [-3.74, 3.74] (most activations; below 3.75, where round(2z) would
+// reach 8): x Phi(x) = x p below 0 and x - x p (rounded once) above, p = Phi(-|x|); blendv picks
+// by x's sign bit, so -0 gives -0.
+KILN_VEC __m256 gelu_erf(__m256 x) {
+  if (!all_within(x, 3.74f)) [[unlikely]]
+    return gelu_erf_any(x);
+  const __m256 p = normal_cdf_minus(abs(x));
+  return _mm256_blendv_ps(_mm256_fnmadd_ps(x, p, x), _mm256_mul_ps(x, p), x);
+}
+
+// sigmoid(-2u) with u = sqrt(2/pi) (z + 0.044715 z^3), for z in [0, 4], with a relative error
+// below 1.9 * 2^-24: 16 pieces of width 1/4, each a degree-6 polynomial in v = 4z - k - 1/2
+// (Horner; Estrin's order measured 3.3 * 2^-24), fitted for relative error with f32
+// coefficients; two permutes and a blend pick each lane's coefficient.
+KILN_VEC __m256 gelu_tanh_sigmoid_minus(__m256 z) {
+  alignas(32) static constexpr float C[7][16] = {
+      {4.502623975e-01f, 3.538459539e-01f, 2.660461664e-01f, 1.909112185e-01f, 1.304668486e-01f, 8.473559469e-02f, 5.218771100e-02f, 3.040051460e-02f,
+       1.669665985e-02f, 8.612803183e-03f, 4.153870977e-03f, 1.863397541e-03f, 7.730799844e-04f, 2.948232577e-04f, 1.026961691e-04f, 3.246146662e-05f},
+      {-9.895563126e-02f, -9.293442965e-02f, -8.198168129e-02f, -6.795117259e-02f, -5.294190347e-02f, -3.878713399e-02f, -2.672341838e-02f, -1.730510406e-02f,
+       -1.051731128e-02f, -5.983923096e-03f, -3.175687511e-03f, -1.564729842e-03f, -7.118892390e-04f, -2.972487418e-04f, -1.131777753e-04f, -3.903430115e-05f},
+      {1.554585295e-03f, 4.373902921e-03f, 6.419425365e-03f, 7.431512699e-03f, 7.422710303e-03f, 6.628894713e-03f, 5.389838014e-03f, 4.031476565e-03f,
+       2.789391205e-03f, 1.789344940e-03f, 1.063594478e-03f, 5.842010141e-04f, 2.952192444e-04f, 1.364944910e-04f, 5.737818719e-05f, 2.178536670e-05f},
+      {1.019177609e-03f, 8.328791591e-04f, 5.164331524e-04f, 1.590431639e-04f, -1.512920280e-04f, -3.584481892e-04f, -4.489425628e-04f, -4.434021539e-04f,
+       -3.777205420e-04f, -2.873743360e-04f, -1.982122922e-04f, -1.246290922e-04f, -7.144103438e-05f, -3.721517351e-05f, -1.752723983e-05f, -7.418367659e-06f},
+      {-3.384589945e-05f, -6.681876403e-05f, -8.400416846e-05f, -8.912926569e-05f, -6.924321497e-05f, -3.895639384e-05f, -8.559608432e-06f, 1.064134176e-05f,
+       2.127952757e-05f, 2.334126475e-05f, 2.063617285e-05f, 1.586369763e-05f, 1.078939658e-05f, 6.526052857e-06f, 3.527585477e-06f, 1.697637799e-06f},
+      {-8.863390576e-06f, -6.484638106e-06f, -2.484115385e-06f, 2.646043413e-06f, 5.793846412e-06f, 6.334523732e-06f, 4.707563221e-06f, 2.921357691e-06f,
+       1.069468453e-06f, -1.124054378e-07f, -7.925437444e-07f, -1.036854997e-06f, -9.609585732e-07f, -7.278610497e-07f, -4.745923832e-07f, -2.694157502e-07f},
+      {2.404820225e-05f, 2.259155735e-06f, -9.845663953e-06f, 7.006807209e-06f, 8.010289093e-06f, 4.862505648e-06f, -2.057996880e-06f, -6.450688943e-07f,
+       -1.340152266e-06f, -3.219294058e-07f, 1.166504546e-07f, 4.710289403e-08f, 9.066449813e-09f, 4.667043285e-08f, 4.189501723e-08f, 2.830971724e-08f},
+  };  // C[degree][piece]
+  const __m256 t = _mm256_mul_ps(z, splat(4.0f));
+  const __m256 k = _mm256_min_ps(
+      splat(15.0f), _mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  const __m256 v = _mm256_sub_ps(t, _mm256_add_ps(k, splat(0.5f)));
+  const __m256i piece = _mm256_cvtps_epi32(k);  // the permutes use its low 3 bits
+  const __m256 upper = _mm256_cmp_ps(k, splat(8.0f), _CMP_GE_OQ);
+  const auto c = [&](int i) KILN_TARGET_AVX2 {
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece),
+                            _mm256_permutevar8x32_ps(_mm256_load_ps(C[i] + 8), piece), upper);
+  };
+  __m256 p = c(6);
+#pragma GCC unroll 6
+  for (int i = 5; i >= 0; --i) p = _mm256_fmadd_ps(p, v, c(i));
+  return p;
+}
+
 // PyTorch's tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as
-// x sigmoid(2u). 2u is computed in double and split into hi + lo: for x << 0 the result is about
-// x exp(2u), whose relative error is |2u| times that of 2u.
+// x sigmoid(2u): for vectors all within [-4, 4], x s or x - x s (rounded once) with
+// s = sigmoid(-2u(|x|)) above. Otherwise 2u is computed in double and split into hi + lo: for
+// x << 0 the result is about x exp(2u), whose relative error is |2u| times that of 2u.
 KILN_VEC __m256 gelu_tanh(__m256 x) {
+  if (all_within(x, 4.0f)) [[likely]] {
+    const __m256 s = gelu_tanh_sigmoid_minus(abs(x));
+    return _mm256_blendv_ps(_mm256_fnmadd_ps(x, s, x), _mm256_mul_ps(x, s), x);
+  }
   const __m256d k0 = _mm256_set1_pd(1.5957691216057308);  // 2 sqrt(2/pi)
   const __m256d k1 = _mm256_set1_pd(1.5957691216057308 * 0.044715);
   const __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
@@ -173,7 +310,11 @@ KILN_VEC __m256 gelu_tanh(__m256 x) {
   const __m128 hi0 = _mm256_cvtpd_ps(v0), hi1 = _mm256_cvtpd_ps(v1);
   const __m128 lo0 = _mm256_cvtpd_ps(_mm256_sub_pd(v0, _mm256_cvtps_pd(hi0)));
   const __m128 lo1 = _mm256_cvtpd_ps(_mm256_sub_pd(v1, _mm256_cvtps_pd(hi1)));
-  const SigmoidParts sig = sigmoid_parts(_mm256_set_m128(hi1, hi0), _mm256_set_m128(lo1, lo0));
+  const __m256 hi = _mm256_set_m128(hi1, hi0), lo = _mm256_set_m128(lo1, lo0);
+  // |x| <= 8: |2u| <= 50 and the result is normal, so scaling last changes nothing.
+  if (all_within(x, 8.0f)) [[likely]]
+    return _mm256_mul_ps(x, sigmoid_in_range(hi, lo));
+  const SigmoidParts sig = sigmoid_parts(hi, lo);
   return ldexp(_mm256_mul_ps(x, sig.m), sig.n);
 }
 
@@ -193,10 +334,15 @@ KILN_VEC __m256 erf(__m256 x) {
   const __m256 small = _mm256_fmadd_ps(ax, splat(1.1283792f), _mm256_mul_ps(ax, tail));
 
   const __m256 x2_lo = _mm256_fmsub_ps(x, x, x2);
-  const ExpParts e = exp_parts(_mm256_sub_ps(_mm256_setzero_ps(), x2),
-                               _mm256_sub_ps(_mm256_setzero_ps(), x2_lo));
+  const __m256 neg_x2 = _mm256_sub_ps(_mm256_setzero_ps(), x2);
+  const __m256 neg_x2_lo = _mm256_sub_ps(_mm256_setzero_ps(), x2_lo);
+  // |x| <= 9: x^2 <= 81 and erfc(|x|) is normal, so one multiply scales it, rounding once.
+  const bool in_range = all_within(x, 9.0f);
+  const ExpParts e =
+      in_range ? exp_parts_in_range(neg_x2, neg_x2_lo) : exp_parts(neg_x2, neg_x2_lo);
   const __m256 s = _mm256_add_ps(ax, splat(1.0f));
-  const __m256 erfc = ldexp(_mm256_mul_ps(e.m, _mm256_div_ps(erfcx_times_s(s), s)), e.n);
+  const __m256 erfc_m = _mm256_mul_ps(e.m, _mm256_div_ps(erfcx_times_s(s), s));
+  const __m256 erfc = in_range ? _mm256_mul_ps(erfc_m, pow2(e.n)) : ldexp(erfc_m, e.n);
   const __m256 large = _mm256_sub_ps(splat(1.0f), erfc);
   const __m256 magnitude =
       _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, splat(0.875f), _CMP_LT_OQ));
@@ -243,7 +389,10 @@ KILN_VEC __m256 log(__m256 x) {
 }
 
 // x sigmoid(x), scaled by 2^n last: for x << 0 the result is subnormal and rounded once.
+// (For |x| <= 87 the result is normal and one multiply by the sigmoid gives the same bits.)
 KILN_VEC __m256 silu(__m256 x) {
+  if (all_within(x, 87.0f)) [[likely]]
+    return _mm256_mul_ps(x, sigmoid_in_range(x, _mm256_setzero_ps()));
   const SigmoidParts s = sigmoid_parts(x, _mm256_setzero_ps());
   return ldexp(_mm256_mul_ps(x, s.m), s.n);
 }
