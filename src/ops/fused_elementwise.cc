@@ -11,15 +11,30 @@
 //                    immediates[j]; a unary op's second operand is -1
 //     immediates     scalars (Python numbers and rank-0 constants of the chain), converted to
 //                    the element type as the unfused op converts them
-//   The last instruction's result is the output. 1 to 4 inputs of one dtype, f32 or f64,
-//   broadcast NumPy-style.
+//     reduce         "" (none), or sum, mean, amax, amin: the output is the last instruction's
+//                    result reduced over reduce_dims (empty: all dims) of the inputs' broadcast
+//                    shape, keepdim as the reduction ops'; the reduced dims must be its trailing
+//                    ones, so each output reduces one contiguous row of the chain
+//     row_ndim       the rows of the row reductions (row_sum, row_mean, row_amax, row_amin: unary,
+//                    their operand an input): the broadcast shape's last row_ndim dims, which the
+//                    operand has itself; the value at each element is the reduction of the
+//                    operand's row it lies in (x - mean(x, -1, keepdim): ops = ["row_mean", "sub"])
+//   Without a reduction the last instruction's result is the output. 1 to 4 inputs of one
+//   dtype, f32 or f64, broadcast NumPy-style.
 //
 // Each instruction rounds as the unfused op does (elementwise.cc): arithmetic in the element
 // type, transcendental functions in double rounded once for the reference kernel; the AVX2
 // kernel calls the elementwise ops' own AVX2 array functions block by block, so a fused chain
-// gives the same bits as the unfused one under either kernel policy.
+// gives the same bits as the unfused one under either kernel policy. A reduction folds each
+// row's values as the reduction op's kernels do (reference: in double in row order; AVX2:
+// reduction_avx2's blocks and pairwise tree, RowFold, fed by the chain 256 elements at a
+// time), so a fused reduction gives the unfused bits too, and the chain's result is never
+// written.
+// Row reductions go row by row: the row reduced (the reduction op's kernel on that row), then
+// the chain over the row while it is in cache.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -31,6 +46,7 @@
 #include "kernels/cpu/elementwise_avx2.h"
 #include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/reduction_avx2.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -39,6 +55,7 @@ namespace {
 
 enum class Code : uint8_t {
   Relu, Neg, Abs, Exp, Log, Sqrt, Rsqrt, Reciprocal, Sigmoid, Tanh, Erf, GeluErf, GeluTanh, Silu,
+  RowSum, RowMean, RowAmax, RowAmin,  // leading reductions: one value per row of an input
   Add, Sub, Mul, Div, Maximum, Minimum,
 };
 constexpr Code kFirstBinary = Code::Add;
@@ -53,6 +70,8 @@ constexpr CodeName kCodes[] = {
     {Code::Rsqrt, "rsqrt"},     {Code::Reciprocal, "reciprocal"},
     {Code::Sigmoid, "sigmoid"}, {Code::Tanh, "tanh"},       {Code::Erf, "erf"},
     {Code::GeluErf, "gelu_erf"}, {Code::GeluTanh, "gelu_tanh"}, {Code::Silu, "silu"},
+    {Code::RowSum, "row_sum"},  {Code::RowMean, "row_mean"}, {Code::RowAmax, "row_amax"},
+    {Code::RowAmin, "row_amin"},
     {Code::Add, "add"},         {Code::Sub, "sub"},         {Code::Mul, "mul"},
     {Code::Div, "div"},         {Code::Maximum, "maximum"}, {Code::Minimum, "minimum"},
 };
@@ -64,11 +83,24 @@ std::optional<Code> code_of(std::string_view name) {
 }
 
 bool is_binary(Code c) { return c >= kFirstBinary; }
+bool is_row(Code c) { return c >= Code::RowSum && c < kFirstBinary; }
 
 std::string code_names() {
   std::string out;
   for (const CodeName& c : kCodes) out += (out.empty() ? "" : ", ") + std::string(c.name);
   return out;
+}
+
+// The optional reduction stage (attribute `reduce`).
+enum class Reduce : uint8_t { None, Sum, Mean, Amax, Amin };
+
+std::optional<Reduce> reduce_of(std::string_view name) {
+  if (name.empty()) return Reduce::None;
+  if (name == "sum") return Reduce::Sum;
+  if (name == "mean") return Reduce::Mean;
+  if (name == "amax") return Reduce::Amax;
+  if (name == "amin") return Reduce::Amin;
+  return std::nullopt;
 }
 
 // One decoded instruction. Operand refs as in the attribute args.
@@ -81,7 +113,22 @@ struct Program {
   std::vector<Instruction> code;
   std::vector<double> immediates;
   int64_t num_inputs = 0;
+  Reduce reduce = Reduce::None;
+  int64_t row_ndim = 0;
+  bool has_rows = false;  // some instruction is a row reduction
 };
+
+Reduce row_reduce(Code c) {
+  switch (c) {
+    case Code::RowSum: return Reduce::Sum;
+    case Code::RowMean: return Reduce::Mean;
+    case Code::RowAmax: return Reduce::Amax;
+    case Code::RowAmin: return Reduce::Amin;
+    default: break;
+  }
+  KILN_ASSERT(false, "not a row reduction");
+  return Reduce::None;
+}
 
 Program program_of(const AttrMap& attrs, int64_t num_inputs) {
   Program p;
@@ -91,7 +138,85 @@ Program program_of(const AttrMap& attrs, int64_t num_inputs) {
   p.immediates = std::get<std::vector<double>>(attrs.at("immediates"));
   for (size_t i = 0; i < ops.size(); ++i)
     p.code.push_back({*code_of(ops[i]), args[2 * i], args[2 * i + 1]});
+  p.reduce = *reduce_of(std::get<std::string>(attrs.at("reduce")));
+  p.row_ndim = std::get<int64_t>(attrs.at("row_ndim"));
+  p.has_rows = std::any_of(p.code.begin(), p.code.end(),
+                           [](const Instruction& i) { return is_row(i.code); });
   return p;
+}
+
+// How many trailing dims of a rank-`rank` chain `reduce_dims` reduces (inference has checked
+// that they are trailing ones; a rank-0 chain reduces nothing).
+size_t reduced_count(const std::vector<int64_t>& dims, size_t rank) {
+  return dims.empty() ? rank : std::min(dims.size(), rank);
+}
+
+// Checks reduce_dims against the chain's shape and returns the output shape.
+Shape infer_reduction(InferContext& ctx, Reduce reduce, const Shape& chain) {
+  const auto& dims = ctx.attr_ints("reduce_dims");
+  const int64_t rank = static_cast<int64_t>(chain.size());
+  const int64_t r = std::max<int64_t>(rank, 1);  // a rank-0 chain takes dim 0 or -1
+  std::vector<bool> reduced(static_cast<size_t>(r), dims.empty());
+  for (int64_t d : dims) {
+    ctx.check(d >= -r && d < r, "reduce_dims holds " + std::to_string(d) +
+                                    ", out of range for the chain's rank " + std::to_string(rank));
+    const auto i = static_cast<size_t>(d < 0 ? d + r : d);
+    ctx.check(!reduced[i], "reduce_dims holds dim " + std::to_string(i) + " twice");
+    reduced[i] = true;
+  }
+  Shape out;
+  for (int64_t d = 0; d < rank; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (!reduced[i]) {
+      ctx.check(!std::count(reduced.begin(), reduced.begin() + d, true),
+                "reduce_dims must be the chain's trailing dims (each output one row of it); "
+                "reduce other dims with the reduction ops");
+      out.push_back(chain[i]);
+      continue;
+    }
+    if (reduce == Reduce::Amax || reduce == Reduce::Amin)
+      ctx.check(!chain[i].is_static() || chain[i].size() > 0,
+                "it reduces dim " + std::to_string(d) +
+                    " of size 0, and amax or amin of no elements is undefined");
+    if (ctx.attr_bool("keepdim")) out.push_back(Dim(1));
+  }
+  return out;
+}
+
+// The row reductions (row_sum, ...): each reduces an input over the chain's last row_ndim dims,
+// which that input must have itself (not broadcast), so that its rows are contiguous.
+void infer_rows(InferContext& ctx, const std::vector<std::string>& ops,
+                const std::vector<int64_t>& args, const Shape& chain) {
+  const int64_t row_ndim = ctx.attr_int("row_ndim");
+  const auto rank = static_cast<int64_t>(chain.size());
+  ctx.check(row_ndim >= 0 && row_ndim <= rank, "row_ndim is " + std::to_string(row_ndim) +
+                                                   "; it must be in [0, " +
+                                                   std::to_string(rank) + "] (the chain's rank)");
+  bool rows = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!is_row(*code_of(ops[i]))) continue;
+    rows = true;
+    const std::string where = "instruction " + std::to_string(i) + " (" + ops[i] + ")";
+    const int64_t r = args[2 * i];
+    ctx.check(r >= 0 && r < static_cast<int64_t>(ctx.num_inputs()),
+              where + ": a row reduction's operand must be an input");
+    const Shape& x = ctx.input(static_cast<size_t>(r)).shape;
+    bool same = static_cast<int64_t>(x.size()) >= row_ndim;
+    for (int64_t k = 1; same && k <= row_ndim; ++k)
+      same = x[x.size() - static_cast<size_t>(k)] == chain[chain.size() - static_cast<size_t>(k)];
+    ctx.check(same, where + ": input " + std::to_string(r) +
+                        " must have the chain's last row_ndim dims itself (not broadcast)");
+    if (*code_of(ops[i]) == Code::RowAmax || *code_of(ops[i]) == Code::RowAmin)
+      for (int64_t k = 1; k <= row_ndim; ++k) {
+        const Dim& d = chain[chain.size() - static_cast<size_t>(k)];
+        ctx.check(!d.is_static() || d.size() > 0,
+                  where + ": amax or amin of an empty row is undefined");
+      }
+  }
+  ctx.check(rows || row_ndim == 0, "row_ndim needs a row reduction (row_sum, ...)");
+  ctx.check(!rows || ctx.attr_string("reduce").empty(),
+            "row reductions and a reduce stage don't combine");
+  ctx.check(!is_row(*code_of(ops.back())), "the last instruction can't be a row reduction");
 }
 
 void infer_fused_elementwise(InferContext& ctx) {
@@ -129,6 +254,16 @@ void infer_fused_elementwise(InferContext& ctx) {
     else
       ctx.check(args[2 * i + 1] == -1, where + ": a unary op's operand 1 must be -1");
   }
+  infer_rows(ctx, ops, args, out);
+  const std::string& reduce_name = ctx.attr_string("reduce");
+  const std::optional<Reduce> reduce = reduce_of(reduce_name);
+  ctx.check(reduce.has_value(), "reduce is \"" + reduce_name +
+                                    "\"; known: sum, mean, amax, amin, or \"\" for none");
+  if (*reduce != Reduce::None)
+    out = infer_reduction(ctx, *reduce, out);
+  else
+    ctx.check(ctx.attr_ints("reduce_dims").empty() && !ctx.attr_bool("keepdim"),
+              "reduce_dims and keepdim need a reduce");
   ctx.set_output(0, TensorType{dtype, out, Layout::Plain});
 }
 
@@ -161,7 +296,9 @@ T evaluate(Code code, T x, T y) {
     case Code::Div: return x / y;
     case Code::Maximum: return std::isnan(y) ? y : x < y ? y : x;
     case Code::Minimum: return std::isnan(y) ? y : y < x ? y : x;
+    case Code::RowSum: case Code::RowMean: case Code::RowAmax: case Code::RowAmin: break;
   }
+  KILN_ASSERT(false, "row reductions are evaluated per row, not per element");
   return x;
 }
 
@@ -171,32 +308,127 @@ std::vector<std::vector<int64_t>> input_sizes(const KernelSpec& spec) {
   return sizes;
 }
 
+// The chain (the inputs' broadcast shape) as [rows, n], n the product of the reduced trailing
+// dims (1 without a reduction: every element is a row).
+struct ChainExtents {
+  std::vector<int64_t> sizes;
+  int64_t rows = 1, n = 1;
+};
+
+ChainExtents chain_extents(const KernelSpec& spec, const Program& p) {
+  ChainExtents e;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    std::vector<int64_t> s = spec.input_sizes(i);
+    if (s.size() > e.sizes.size()) e.sizes.insert(e.sizes.begin(), s.size() - e.sizes.size(), 1);
+    // Right-aligned; inference has checked that the sizes broadcast.
+    for (size_t k = 0; k < s.size(); ++k) {
+      int64_t& size = e.sizes[e.sizes.size() - s.size() + k];
+      if (size == 1) size = s[k];
+    }
+  }
+  const size_t reduced = p.reduce != Reduce::None
+                             ? reduced_count(spec.node.attr_ints("reduce_dims"), e.sizes.size())
+                             : static_cast<size_t>(p.row_ndim);
+  for (size_t d = 0; d < e.sizes.size(); ++d)
+    (d + reduced < e.sizes.size() ? e.rows : e.n) *= e.sizes[d];
+  return e;
+}
+
+// Folds one row's values as the reduction ops' reference kernels do (reduction.cc): sums in
+// double, rounded once; a NaN wins an extremum.
+template <typename T>
+struct Fold {
+  Reduce reduce;
+  double sum = 0;
+  T best = reduce == Reduce::Amax ? -std::numeric_limits<T>::infinity()
+                                  : std::numeric_limits<T>::infinity();
+
+  void add(T v) {
+    if (reduce == Reduce::Sum || reduce == Reduce::Mean) {
+      sum += static_cast<double>(v);
+    } else if (!std::isnan(best) &&
+               (std::isnan(v) || (reduce == Reduce::Amax ? v > best : v < best))) {
+      best = v;
+    }
+  }
+  T result(int64_t n) const {
+    if (reduce == Reduce::Sum) return static_cast<T>(sum);
+    if (reduce == Reduce::Mean) return static_cast<T>(sum / static_cast<double>(n));
+    return best;
+  }
+};
+
+// Where input r's row starting at the chain's flat element `first` begins (its rows are
+// contiguous: inference checked that it has the row dims itself).
+int64_t row_start(const cpu::BroadcastPlan& plan, int64_t first, int64_t r) {
+  int64_t start = 0;
+  plan.for_each_run_n(first, first + 1, [&](int64_t, const int64_t* offsets, int64_t,
+                                            const int64_t*) { start = offsets[r]; });
+  return start;
+}
+
 template <typename T>
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
   Program p = program_of(spec.node.attrs(), static_cast<int64_t>(spec.inputs.size()));
-  cpu::BroadcastPlan plan(input_sizes(spec), spec.output_sizes(0));
-  return make_kernel([p = std::move(p), plan, threads = spec.threads](
+  const ChainExtents e = chain_extents(spec, p);
+  cpu::BroadcastPlan plan(input_sizes(spec), e.sizes);
+  return make_kernel([p = std::move(p), e, plan, threads = spec.threads](
                          std::span<const void* const> in, std::span<void* const> out) {
     T* y = static_cast<T*>(out[0]);
     const auto work = static_cast<int64_t>(p.code.size()) * 8;
-    cpu::parallel_chunks(plan.numel(), work, threads, [&](int64_t begin, int64_t end) {
-      std::vector<T> regs(static_cast<size_t>(p.num_inputs) + p.code.size());
+    // sink(i, value) for the chain's elements [begin, end), i their flat index, in order.
+    auto run = [&](std::vector<T>& regs, int64_t begin, int64_t end, const auto& sink) {
       auto read = [&](int64_t r) {
         return r >= 0 ? regs[static_cast<size_t>(r)] : static_cast<T>(p.immediates[-2 - r]);
       };
       plan.for_each_run_n(begin, end, [&](int64_t o, const int64_t* offsets, int64_t count,
                                          const int64_t* steps) {
-        for (int64_t e = 0; e < count; ++e) {
+        for (int64_t k = 0; k < count; ++k) {
           for (int64_t i = 0; i < p.num_inputs; ++i)
-            regs[i] = static_cast<const T*>(in[i])[offsets[i] + e * steps[i]];
+            regs[i] = static_cast<const T*>(in[i])[offsets[i] + k * steps[i]];
           for (size_t i = 0; i < p.code.size(); ++i) {
             const Instruction& ins = p.code[i];
+            if (is_row(ins.code)) continue;  // set per row
             regs[p.num_inputs + i] =
                 evaluate(ins.code, read(ins.a), ins.b == -1 ? T(0) : read(ins.b));
           }
-          y[o + e] = regs.back();
+          sink(o + k, regs.back());
         }
       });
+    };
+    const size_t num_regs = static_cast<size_t>(p.num_inputs) + p.code.size();
+    if (p.has_rows) {
+      cpu::parallel_chunks(e.rows, e.n * work, threads, [&](int64_t begin, int64_t end) {
+        std::vector<T> regs(num_regs);
+        for (int64_t row = begin; row < end && e.n > 0; ++row) {
+          const int64_t first = row * e.n;
+          for (size_t i = 0; i < p.code.size(); ++i) {
+            if (!is_row(p.code[i].code)) continue;
+            const T* x =
+                static_cast<const T*>(in[p.code[i].a]) + row_start(plan, first, p.code[i].a);
+            Fold<T> fold{row_reduce(p.code[i].code)};
+            for (int64_t k = 0; k < e.n; ++k) fold.add(x[k]);
+            regs[p.num_inputs + i] = fold.result(e.n);
+          }
+          run(regs, first, first + e.n, [&](int64_t i, T v) { y[i] = v; });
+        }
+      });
+      return;
+    }
+    if (p.reduce == Reduce::None) {
+      cpu::parallel_chunks(plan.numel(), work, threads, [&](int64_t begin, int64_t end) {
+        std::vector<T> regs(num_regs);
+        run(regs, begin, end, [&](int64_t i, T v) { y[i] = v; });
+      });
+      return;
+    }
+    cpu::parallel_chunks(e.rows, e.n * work, threads, [&](int64_t begin, int64_t end) {
+      std::vector<T> regs(num_regs);
+      for (int64_t row = begin; row < end; ++row) {
+        Fold<T> fold{p.reduce};
+        run(regs, row * e.n, (row + 1) * e.n, [&](int64_t, T v) { fold.add(v); });
+        y[row] = fold.result(e.n);
+      }
     });
   });
 }
@@ -241,47 +473,168 @@ cpu::BinaryArrayFn binary_fn(Code c) {
 // Elements per block: every intermediate of a block stays in L1 (16 results: 16 KiB).
 constexpr int64_t kBlock = 256;
 
+// Runs the program over the `count` elements of one broadcast run (each input from its offset,
+// advancing by its step), one block at a time, the intermediates in `blocks` (one block per
+// instruction) and the last instruction writing y[0, count); row reductions' results are
+// row_values[i] (per instruction i; null when there are none).
+void run_program(const Program& p, const std::vector<float>& immediates, const float* row_values,
+                 std::span<const void* const> in, const int64_t* offsets, const int64_t* steps,
+                 int64_t count, float* y, float* blocks) {
+  for (int64_t start = 0; start < count; start += kBlock) {
+    const int64_t n = std::min(kBlock, count - start);
+    // An operand: its first element and its step (0: the same element throughout).
+    auto operand = [&](int64_t r) -> std::pair<const float*, int64_t> {
+      if (r <= -2) return {&immediates[static_cast<size_t>(-2 - r)], 0};
+      if (r < p.num_inputs)
+        return {static_cast<const float*>(in[r]) + offsets[r] + start * steps[r], steps[r]};
+      if (row_values && is_row(p.code[static_cast<size_t>(r - p.num_inputs)].code))
+        return {row_values + (r - p.num_inputs), 0};
+      return {blocks + (r - p.num_inputs) * kBlock, 1};
+    };
+    for (size_t i = 0; i < p.code.size(); ++i) {
+      const Instruction& ins = p.code[i];
+      if (is_row(ins.code)) continue;
+      float* result = i + 1 == p.code.size() ? y + start : blocks + i * kBlock;
+      auto [a, a_step] = operand(ins.a);
+      if (is_binary(ins.code)) {
+        auto [b, b_step] = operand(ins.b);
+        binary_fn(ins.code)(a, a_step, b, b_step, result, n);
+        continue;
+      }
+      if (a_step == 0) {  // a broadcast operand: unary kernels read consecutive elements
+        std::fill_n(result, n, *a);
+        a = result;
+      }
+      unary_fn(ins.code)(a, result, n);
+    }
+  }
+}
+
+cpu::VectorReduction vector_reduction(Reduce r) {
+  switch (r) {
+    case Reduce::Sum: return cpu::VectorReduction::Sum;
+    case Reduce::Mean: return cpu::VectorReduction::Mean;
+    case Reduce::Amax: return cpu::VectorReduction::Amax;
+    case Reduce::Amin: return cpu::VectorReduction::Amin;
+    case Reduce::None: break;
+  }
+  KILN_ASSERT(false, "no vector reduction for Reduce::None");
+  return cpu::VectorReduction::Sum;
+}
+
 std::unique_ptr<KernelInstance> create_avx2(const KernelSpec& spec) {
   Program p = program_of(spec.node.attrs(), static_cast<int64_t>(spec.inputs.size()));
-  cpu::BroadcastPlan plan(input_sizes(spec), spec.output_sizes(0));
+  const ChainExtents e = chain_extents(spec, p);
+  cpu::BroadcastPlan plan(input_sizes(spec), e.sizes);
   std::vector<float> immediates(p.immediates.begin(), p.immediates.end());
-  return make_kernel([p = std::move(p), immediates = std::move(immediates), plan,
+  return make_kernel([p = std::move(p), e, immediates = std::move(immediates), plan,
                       threads = spec.threads](std::span<const void* const> in,
                                               std::span<void* const> out) {
     float* y = static_cast<float*>(out[0]);
     const auto work = static_cast<int64_t>(p.code.size()) * 8;
-    cpu::parallel_chunks(plan.numel(), work, threads, [&](int64_t begin, int64_t end) {
-      // One block per instruction but the last, which writes the output.
-      std::vector<float> blocks(p.code.size() * kBlock);
-      plan.for_each_run_n(begin, end, [&](int64_t o, const int64_t* offsets, int64_t count,
-                                         const int64_t* steps) {
-        for (int64_t start = 0; start < count; start += kBlock) {
-          const int64_t n = std::min(kBlock, count - start);
-          // An operand: its first element and its step (0: the same element throughout).
-          auto operand = [&](int64_t r) -> std::pair<const float*, int64_t> {
-            if (r <= -2) return {&immediates[static_cast<size_t>(-2 - r)], 0};
-            if (r < p.num_inputs)
-              return {static_cast<const float*>(in[r]) + offsets[r] + start * steps[r], steps[r]};
-            return {&blocks[static_cast<size_t>(r - p.num_inputs) * kBlock], 1};
-          };
-          for (size_t i = 0; i < p.code.size(); ++i) {
-            const Instruction& ins = p.code[i];
-            float* result = i + 1 == p.code.size() ? y + o + start : &blocks[i * kBlock];
-            auto [a, a_step] = operand(ins.a);
-            if (is_binary(ins.code)) {
-              auto [b, b_step] = operand(ins.b);
-              binary_fn(ins.code)(a, a_step, b, b_step, result, n);
-              continue;
-            }
-            if (a_step == 0) {  // a broadcast operand: unary kernels read consecutive elements
-              std::fill_n(result, n, *a);
-              a = result;
-            }
-            unary_fn(ins.code)(a, result, n);
+    if (p.has_rows) {
+      // Row by row: the row reductions (the reduction ops' own kernel on the row), then the
+      // chain over the row while it is in cache. Few rows: each row over all threads.
+      // A row's reductions (RowFold over the row in memory, which is reduce()'s fold; split
+      // over the threads by reduce() itself), then the chain over the row; no thread team per
+      // row unless the row is split.
+      auto run_row = [&](int64_t row, int split, float* row_values, float* blocks) {
+        const int64_t first = row * e.n;
+        for (size_t i = 0; i < p.code.size(); ++i) {
+          if (!is_row(p.code[i].code)) continue;
+          const cpu::VectorReduction op = vector_reduction(row_reduce(p.code[i].code));
+          const float* x = static_cast<const float*>(in[p.code[i].a]) +
+                           row_start(plan, first, p.code[i].a);
+          if (split > 1) {
+            cpu::avx2::reduce(op, x, &row_values[i], {1, e.n, 1}, 0, split);
+            continue;
           }
+          cpu::avx2::RowFold fold(op);
+          for (int64_t b = 0; b < e.n; b += cpu::avx2::RowFold::kBlock)
+            fold.add(x + b, std::min(cpu::avx2::RowFold::kBlock, e.n - b));
+          row_values[i] = fold.result(e.n);
+        }
+        auto chain = [&](int64_t begin, int64_t end, float* scratch) {
+          plan.for_each_run_n(first + begin, first + end, [&](int64_t o, const int64_t* offsets,
+                                                             int64_t count, const int64_t* steps) {
+            run_program(p, immediates, row_values, in, offsets, steps, count, y + o, scratch);
+          });
+        };
+        if (split <= 1) return chain(0, e.n, blocks);
+        cpu::parallel_chunks(e.n, work, split, [&](int64_t begin, int64_t end) {
+          std::vector<float> scratch(p.code.size() * kBlock);
+          chain(begin, end, scratch.data());
+        });
+      };
+      if (e.n == 0) return;
+      std::vector<float> row_values(p.code.size()), blocks(p.code.size() * kBlock);
+      if (e.rows >= std::max(threads, 1)) {
+        cpu::parallel_chunks(e.rows, e.n * work, threads, [&](int64_t begin, int64_t end) {
+          std::vector<float> values(p.code.size()), scratch(p.code.size() * kBlock);
+          for (int64_t row = begin; row < end; ++row)
+            run_row(row, 1, values.data(), scratch.data());
+        });
+      } else {
+        for (int64_t row = 0; row < e.rows; ++row)
+          run_row(row, threads, row_values.data(), blocks.data());
+      }
+      return;
+    }
+    if (p.reduce == Reduce::None) {
+      cpu::parallel_chunks(plan.numel(), work, threads, [&](int64_t begin, int64_t end) {
+        std::vector<float> blocks(p.code.size() * kBlock);
+        plan.for_each_run_n(begin, end, [&](int64_t o, const int64_t* offsets, int64_t count,
+                                           const int64_t* steps) {
+          run_program(p, immediates, nullptr, in, offsets, steps, count, y + o, blocks.data());
+        });
+      });
+      return;
+    }
+    // Each row's chain 256 elements at a time into an L1 buffer that RowFold folds as the
+    // reduction's kernel folds a row in memory. Rows over the threads; with fewer rows than
+    // threads, each row's blocks in runs over the threads, as the reduction's kernel splits.
+    using cpu::avx2::RowFold;
+    const cpu::VectorReduction op = vector_reduction(p.reduce);
+    auto fold_blocks = [&](int64_t row, int64_t begin_block, int64_t end_block, RowFold& fold) {
+      thread_local std::vector<float> blocks;  // the intermediates of the calling thread
+      blocks.resize(p.code.size() * kBlock);
+      alignas(32) float values[RowFold::kBlock];
+      for (int64_t b = begin_block; b < end_block; ++b) {
+        const int64_t first = row * e.n + b * RowFold::kBlock;
+        const int64_t count = std::min(RowFold::kBlock, e.n - b * RowFold::kBlock);
+        plan.for_each_run_n(first, first + count, [&](int64_t o, const int64_t* offsets,
+                                                     int64_t run, const int64_t* steps) {
+          run_program(p, immediates, nullptr, in, offsets, steps, run, values + (o - first),
+                      blocks.data());
+        });
+        fold.add(values, count);
+      }
+    };
+    const int64_t row_blocks = (e.n + RowFold::kBlock - 1) / RowFold::kBlock;
+    if (e.rows >= std::max(threads, 1) || e.n * work < 2 * cpu::kParallelMinWork) {
+      cpu::parallel_chunks(e.rows, e.n * work, threads, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          RowFold fold(op);
+          fold_blocks(row, 0, row_blocks, fold);
+          y[row] = fold.result(e.n);
         }
       });
-    });
+      return;
+    }
+    const int64_t run = RowFold::run_blocks(row_blocks, threads);
+    const int64_t runs = (row_blocks + run - 1) / run;
+    for (int64_t row = 0; row < e.rows; ++row) {
+      std::vector<RowFold> folds(static_cast<size_t>(runs), RowFold(op));
+      cpu::parallel_chunks(runs, run * RowFold::kBlock * work, threads,
+                           [&](int64_t begin, int64_t end) {
+                             for (int64_t r = begin; r < end; ++r)
+                               fold_blocks(row, r * run, std::min(row_blocks, (r + 1) * run),
+                                           folds[static_cast<size_t>(r)]);
+                           });
+      RowFold fold(op);
+      for (const RowFold& f : folds) fold.append(f);
+      y[row] = fold.result(e.n);
+    }
   });
 }
 
@@ -298,7 +651,11 @@ void register_fused_elementwise_ops(OpRegistry& registry) {
   def.inputs = {{"inputs", /*variadic=*/true}};
   def.attrs = {{"ops", std::vector<std::string>{}, /*required=*/true},
                {"args", std::vector<int64_t>{}, /*required=*/true},
-               {"immediates", std::vector<double>{}}};
+               {"immediates", std::vector<double>{}},
+               {"reduce", std::string()},
+               {"reduce_dims", std::vector<int64_t>{}},
+               {"keepdim", false},
+               {"row_ndim", int64_t{0}}};
   def.infer = infer_fused_elementwise;
 #ifdef KILN_X86
   def.kernels.push_back({"avx2", "native", avx2_unsupported, create_avx2});

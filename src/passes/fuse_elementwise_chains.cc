@@ -7,6 +7,22 @@
 // A group grows backwards from its last op through operands whose every use is inside the group
 // and that are not graph outputs, so no intermediate anyone else reads is lost; it is limited to
 // the kernel's 4 tensor inputs and kMaxOps ops, all of one dtype (f32 or f64).
+// A reduction (sum, mean, amax/max, amin/min) over trailing dims whose input is such a chain's
+// result, read by nothing else, is the root of the group and becomes its reduction stage, so the
+// chain's result is never written:
+//   %s = mul(%x, %x) ; %r = sum(%s) {dim = [-1]}
+//     →  %r = fused_elementwise(%x) {ops = ["mul"], args = [0, 0], reduce = "sum",
+//                                    reduce_dims = [-1]}
+// A reduction over other dims (a column sum [N, C] → [C]) is left alone: the fused kernel folds
+// contiguous rows, and the reduction ops' column kernels beat producing the chain column-wise.
+// A reduction over trailing dims of a value x of the group's shape that the group also reads
+// (keepdim, or over all dims, so it broadcasts along x's rows) joins as a row reduction: the
+// kernel reduces each row of x and then runs the chain over that row while it is in cache.
+//   %m = mean(%x) {dim = [-1], keepdim = true} ; %d = sub(%x, %m)
+//     →  %d = fused_elementwise(%x) {ops = ["row_mean", "sub"], args = [0, -1, 0, 1],
+//                                    row_ndim = 1}
+// x stays the group's input (its producer never joins); a group has row reductions or a
+// reduction stage, not both.
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -44,6 +60,43 @@ std::optional<double> immediate(const Value& v) {
   return scalar_value(v);
 }
 
+// The fused_elementwise reduce stage of a reduction node over trailing dims of an f32 or f64
+// value, or nullopt.
+std::optional<std::string> trailing_reduction(const Node& n) {
+  static const std::unordered_map<std::string, std::string> stages{
+      {"sum", "sum"}, {"mean", "mean"}, {"amax", "amax"},
+      {"max", "amax"}, {"amin", "amin"}, {"min", "amin"}};
+  auto stage = stages.find(n.op());
+  if (stage == stages.end() || n.inputs().size() != 1 || n.outputs().size() != 1)
+    return std::nullopt;
+  const TensorType& x = n.input(0)->type();
+  if (x.dtype != DType::F32 && x.dtype != DType::F64) return std::nullopt;
+  const auto rank = static_cast<int64_t>(x.rank());
+  std::vector<bool> reduced(static_cast<size_t>(rank), false);
+  for (int64_t d : n.attr_ints("dim"))
+    if (rank > 0) reduced[static_cast<size_t>(d < 0 ? d + rank : d)] = true;
+  // Empty: all dims. Otherwise no kept dim may follow a reduced one.
+  if (!n.attr_ints("dim").empty() && !std::is_sorted(reduced.begin(), reduced.end()))
+    return std::nullopt;
+  return stage->second;
+}
+
+// The row reduction a node would be in a group rooted at `root`: its row_ndim, or nullopt.
+std::optional<int64_t> row_reduction(const Node& n, const Node& root,
+                                     const std::vector<Node*>& group) {
+  if (trailing_reduction(root) || !trailing_reduction(n)) return std::nullopt;
+  const Value* x = n.input(0);
+  if (x->type().rank() == 0 || x->type().shape != root.output()->type().shape) return std::nullopt;
+  const std::vector<int64_t>& dims = n.attr_ints("dim");
+  if (!dims.empty() && !n.attr_bool("keepdim")) return std::nullopt;
+  // Only where the group reads x too: that second read is what the row-wise kernel saves.
+  const bool read_by_group = std::any_of(x->users().begin(), x->users().end(), [&](Node* u) {
+    return u != &n && std::find(group.begin(), group.end(), u) != group.end();
+  });
+  if (!read_by_group) return std::nullopt;
+  return dims.empty() ? static_cast<int64_t>(x->type().rank()) : static_cast<int64_t>(dims.size());
+}
+
 // Every operand is a tensor of the node's dtype or an immediate (converted as the op converts it).
 bool operands_fit(const Node& n) {
   const DType dtype = n.output()->type().dtype;
@@ -65,7 +118,7 @@ class FuseElementwiseChains final : public Pass {
     bool changed = false;
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       Node* root = *it;
-      if (taken.count(root) || !fusable(*root)) continue;
+      if (taken.count(root) || !(fusable(*root) || trailing_reduction(*root))) continue;
       std::vector<Node*> group = grow(root, outputs, taken);
       if (group.size() < 2) continue;
       std::sort(group.begin(), group.end(),
@@ -99,14 +152,25 @@ class FuseElementwiseChains final : public Pass {
                                  const std::unordered_set<const Node*>& taken) {
     std::vector<Node*> group{root};
     const DType dtype = root->output()->type().dtype;
+    std::optional<int64_t> group_row_ndim;  // of the row reductions in the group
+    auto in_group = [&](const Node* n) {
+      return std::find(group.begin(), group.end(), n) != group.end();
+    };
     for (bool added = true; added && group.size() < kMaxOps;) {
       added = false;
       for (size_t g = 0; g < group.size() && group.size() < kMaxOps; ++g) {
         for (Value* in : group[g]->inputs()) {
           Node* p = in->producer();
-          if (!p || taken.count(p) || std::find(group.begin(), group.end(), p) != group.end() ||
-              outputs.count(in) || !fusable(*p) || p->output()->type().dtype != dtype)
+          if (!p || taken.count(p) || in_group(p) || outputs.count(in) ||
+              p->output()->type().dtype != dtype)
             continue;
+          // The input of a row reduction stays the group's input.
+          if (std::any_of(in->users().begin(), in->users().end(), [&](Node* u) {
+                return u != root && in_group(u) && trailing_reduction(*u);
+              }))
+            continue;
+          const std::optional<int64_t> rows = row_reduction(*p, *root, group);
+          if (!fusable(*p) && !(rows && (!group_row_ndim || *rows == *group_row_ndim))) continue;
           const bool private_value = std::all_of(in->users().begin(), in->users().end(), [&](Node* u) {
             return std::find(group.begin(), group.end(), u) != group.end();
           });
@@ -116,6 +180,7 @@ class FuseElementwiseChains final : public Pass {
             group.pop_back();
             continue;
           }
+          if (rows) group_row_ndim = rows;
           added = true;
         }
       }
@@ -123,8 +188,9 @@ class FuseElementwiseChains final : public Pass {
     return group;
   }
 
-  // `group` in topological order, its root last. False (and the graph unchanged) when the fused
-  // node's inferred type differs from the root's, which symbolic broadcasting could give.
+  // `group` in topological order, its root (an elementwise op or a reduction) last. False (and
+  // the graph unchanged) when the fused node's inferred type differs from the root's, which
+  // symbolic broadcasting could give.
   static bool replace(Graph& graph, const std::vector<Node*>& group) {
     std::vector<Value*> inputs = external_inputs(group);
     std::unordered_map<const Value*, int64_t> reg;
@@ -132,7 +198,11 @@ class FuseElementwiseChains final : public Pass {
     std::vector<std::string> ops;
     std::vector<int64_t> args;
     std::vector<double> immediates;
+    Node* root = group.back();
+    const std::optional<std::string> reduce = trailing_reduction(*root);
+    int64_t row_ndim = 0;
     for (const Node* n : group) {
+      if (n == root && reduce) break;
       for (size_t k = 0; k < 2; ++k) {
         if (k >= n->inputs().size()) {
           args.push_back(-1);
@@ -147,12 +217,23 @@ class FuseElementwiseChains final : public Pass {
         }
       }
       reg[n->output()] = static_cast<int64_t>(inputs.size() + ops.size());
-      ops.push_back(*fused_op(*n));
+      if (std::optional<std::string> stage = trailing_reduction(*n)) {  // a row reduction
+        ops.push_back("row_" + *stage);
+        const std::vector<int64_t>& dims = n->attr_ints("dim");
+        row_ndim = dims.empty() ? static_cast<int64_t>(n->input(0)->type().rank())
+                                : static_cast<int64_t>(dims.size());
+      } else {
+        ops.push_back(*fused_op(*n));
+      }
     }
-    Node* root = group.back();
-    Value* fused = graph.add("fused_elementwise", inputs,
-                             {{"ops", ops}, {"args", args}, {"immediates", immediates}},
-                             root->output()->name());
+    AttrMap attrs{{"ops", ops}, {"args", args}, {"immediates", immediates}};
+    if (reduce) {
+      attrs["reduce"] = *reduce;
+      attrs["reduce_dims"] = root->attr_ints("dim");
+      attrs["keepdim"] = root->attr_bool("keepdim");
+    }
+    if (row_ndim > 0) attrs["row_ndim"] = row_ndim;
+    Value* fused = graph.add("fused_elementwise", inputs, attrs, root->output()->name());
     if (fused->type() != root->output()->type()) {
       graph.remove_node(fused->producer());
       return false;

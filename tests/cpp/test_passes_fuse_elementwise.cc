@@ -1,7 +1,9 @@
 // Elementwise chain fusion (fuse_elementwise_chains) on textual IR, and the fused_elementwise op
 // it produces: before → after, bit-identical results with the reference kernels (expect_rewrite)
 // and with the best kernels (AVX2, which reuses the elementwise ops' own vector code), the groups
-// that must stop at an intermediate someone else reads, and the op's schema checks.
+// that must stop at an intermediate someone else reads, and the op's schema checks; then the
+// reduction stage (a trailing sum/mean/amax/amin of a chain) and row reductions (a leading one
+// broadcast back over the rows it reduced), on static and symbolic shapes.
 #include <gtest/gtest.h>
 
 #include "pass_test_util.h"
@@ -223,6 +225,419 @@ graph @g {
   %s = sum(%a)
   output %b, %s
 })");
+}
+
+// Reduction stage: a trailing reduction of a chain's result joins the group.
+
+// Runs `original` and `fused` at level 0 with `options` on `inputs` and expects the same bits.
+void expect_same_runs(const Graph& original, const Graph& fused, const std::vector<Tensor>& inputs,
+                      CompileOptions options) {
+  std::vector<TensorView> views;
+  for (const Tensor& t : inputs) views.push_back(t.view());
+  options.optimization_level = 0;
+  options.verify = true;
+  auto want = CompiledGraph::compile(original, options)->run(views);
+  auto got = CompiledGraph::compile(fused, options)->run(views);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(test::same_values(got[i], want[i])) << i;
+}
+
+TEST(FuseElementwiseChains, TrailingSumOfSquares) {
+  // Rows of 600: three of the reducer's 256-element blocks, the last one partial.
+  expect_fused(R"(
+graph @g {
+  input %x : f32[5, 600]
+  %s = mul(%x, %x)
+  %r = sum(%s) {dim = [-1]}
+  output %r
+})",
+               R"(
+graph @g {
+  input %x : f32[5, 600]
+  %r_1 = fused_elementwise(%x) {args = [0, 0], ops = ["mul"], reduce = "sum", reduce_dims = [-1]}
+  output %r_1
+})");
+}
+
+TEST(FuseElementwiseChains, TrailingMeanOfSquaredDifferenceOverAllDims) {
+  expect_fused(R"(
+graph @g {
+  input %a : f32[3, 5, 70]
+  input %b : f32[5, 70]
+  %d = sub(%a, %b)
+  %q = mul(%d, %d)
+  %m = mean(%q) {keepdim = true}
+  output %m
+})",
+               R"(
+graph @g {
+  input %a : f32[3, 5, 70]
+  input %b : f32[5, 70]
+  %m_1 = fused_elementwise(%a, %b) {args = [0, 1, 2, 2], keepdim = true, ops = ["sub", "mul"], reduce = "mean"}
+  output %m_1
+})");
+}
+
+TEST(FuseElementwiseChains, TrailingExtremaEveryReductionAndF64) {
+  // amax of |x| over the last two dims, keepdim; max and min are amax and amin.
+  expect_fused(R"(
+graph @g {
+  input %x : f32[4, 3, 50]
+  %a = abs(%x)
+  %r = amax(%a) {dim = [1, 2], keepdim = true}
+  output %r
+})",
+               R"(
+graph @g {
+  input %x : f32[4, 3, 50]
+  %r_1 = fused_elementwise(%x) {args = [0, -1], keepdim = true, ops = ["abs"], reduce = "amax", reduce_dims = [1, 2]}
+  output %r_1
+})");
+  expect_fused(R"(
+graph @g {
+  input %x : f32[6, 33]
+  input %y : f32[6, 1]
+  %a = sub(%x, %y)
+  %e = exp(%a)
+  %r = min(%e) {dim = [1]}
+  output %r
+})",
+               R"(
+graph @g {
+  input %x : f32[6, 33]
+  input %y : f32[6, 1]
+  %r_1 = fused_elementwise(%x, %y) {args = [0, 1, 2, -1], ops = ["sub", "exp"], reduce = "amin", reduce_dims = [1]}
+  output %r_1
+})");
+  expect_fused(R"(
+graph @g {
+  input %x : f64[7, 40]
+  %a = tanh(%x)
+  %r = max(%a) {dim = [-1]}
+  %s = sigmoid(%x)
+  %t = sum(%s) {dim = [-1], keepdim = true}
+  output %r, %t
+})",
+               R"(
+graph @g {
+  input %x : f64[7, 40]
+  %t_1 = fused_elementwise(%x) {args = [0, -1], keepdim = true, ops = ["sigmoid"], reduce = "sum", reduce_dims = [-1]}
+  %r_1 = fused_elementwise(%x) {args = [0, -1], ops = ["tanh"], reduce = "amax", reduce_dims = [-1]}
+  output %r_1, %t_1
+})");
+}
+
+TEST(FuseElementwiseChains, TrailingReductionKeepsNaNAndChainsAfterIt) {
+  // A NaN in a row wins amax under both kernels; sqrt after the sum stays a separate op (a
+  // group never grows through a reduction).
+  const std::string before = R"(
+graph @g {
+  input %x : f32[3, 20]
+  %l = log(%x)
+  %r = amax(%l) {dim = [-1]}
+  %q = mul(%x, %x)
+  %s = sum(%q) {dim = [-1]}
+  %n = sqrt(%s)
+  output %r, %n
+})";
+  auto pass = make_fuse_elementwise_chains();
+  test::expect_rewrite(*pass, before, R"(
+graph @g {
+  input %x : f32[3, 20]
+  %s_1 = fused_elementwise(%x) {args = [0, 0], ops = ["mul"], reduce = "sum", reduce_dims = [-1]}
+  %n = sqrt(%s_1)
+  %r_1 = fused_elementwise(%x) {args = [0, -1], ops = ["log"], reduce = "amax", reduce_dims = [-1]}
+  output %r_1, %n
+})");
+  auto original = parse_graph(before);
+  auto fused = original->clone();
+  pass->run(*fused);
+  std::mt19937 rng(3);
+  Tensor x = test::random_tensor(DType::F32, {3, 20}, rng, -1, 1);  // log of negatives: NaN
+  for (const char* policy : {"reference", "best"})
+    expect_same_runs(*original, *fused, {x}, CompileOptions{.kernel_policy = policy});
+}
+
+TEST(FuseElementwiseChains, TrailingReductionOnSymbolicShapes) {
+  const std::string before = R"(
+graph @g {
+  sym B in [1, 64]
+  sym N in [1, 2048]
+  input %x : f32[B, N]
+  input %w : f32[N]
+  %a = mul(%x, %w)
+  %b = abs(%a)
+  %r = sum(%b) {dim = [1]}
+  output %r
+})";
+  auto original = parse_graph(before);
+  auto fused = original->clone();
+  ASSERT_TRUE(make_fuse_elementwise_chains()->run(*fused));
+  ASSERT_EQ(fused->nodes().size(), 1u);
+  EXPECT_EQ(fused->nodes()[0]->op(), "fused_elementwise");
+  std::mt19937 rng(5);
+  for (auto [b, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 257}, {17, 2048}}) {
+    SCOPED_TRACE(std::to_string(b) + "x" + std::to_string(n));
+    std::vector<Tensor> inputs{test::random_tensor(DType::F32, {b, n}, rng),
+                               test::random_tensor(DType::F32, {n}, rng)};
+    for (const char* policy : {"reference", "best"})
+      expect_same_runs(*original, *fused, inputs, CompileOptions{.kernel_policy = policy});
+  }
+}
+
+TEST(FuseElementwiseChains, TrailingReductionOfOneLongRowOverThreads) {
+  // One row of 300000: the reducer splits its blocks over the threads, and its tree (as the
+  // unfused reduction's) depends on n only.
+  const std::string before = R"(
+graph @g {
+  input %x : f32[3000, 100]
+  %a = mul(%x, %x)
+  %r = sum(%a)
+  output %r
+})";
+  auto original = parse_graph(before);
+  auto fused = original->clone();
+  ASSERT_TRUE(make_fuse_elementwise_chains()->run(*fused));
+  std::mt19937 rng(9);
+  std::vector<Tensor> inputs{test::random_tensor(DType::F32, {3000, 100}, rng)};
+  for (int threads : {1, 2})
+    expect_same_runs(*original, *fused, inputs,
+                     CompileOptions{.threads = threads, .kernel_policy = "best"});
+}
+
+TEST(FuseElementwiseChains, TrailingReductionMustNotFire) {
+  auto pass = make_fuse_elementwise_chains();
+  // The chain's result is also read elsewhere, or is a graph output: the reduction stays.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8]
+  %a = exp(%x)
+  %r = sum(%a) {dim = [-1]}
+  %n = neg(%a)
+  output %r, %n
+})");
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8]
+  %a = exp(%x)
+  %r = sum(%a) {dim = [-1]}
+  output %r, %a
+})");
+  // Reduced dims that are not the trailing ones: a column sum, or dims 0 and 2.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8]
+  %a = exp(%x)
+  %r = sum(%a) {dim = [0]}
+  output %r
+})");
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8, 3]
+  %a = exp(%x)
+  %r = amax(%a) {dim = [0, 2], keepdim = true}
+  output %r
+})");
+  // Reductions the stage doesn't take (prod, var), and a reduction of a graph input.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8]
+  %a = exp(%x)
+  %r = prod(%a) {dim = [-1]}
+  %b = neg(%x)
+  %v = var(%b) {dim = [-1]}
+  %s = sum(%x) {dim = [-1]}
+  output %r, %v, %s
+})");
+}
+
+// Row reductions: a reduction of a value the group reads too, broadcast back along its rows.
+
+TEST(FuseElementwiseChains, LeadingMeanAndSum) {
+  expect_fused(R"(
+graph @g {
+  input %x : f32[6, 300]
+  %m = mean(%x) {dim = [-1], keepdim = true}
+  %d = sub(%x, %m)
+  output %d
+})",
+               R"(
+graph @g {
+  input %x : f32[6, 300]
+  %d_1 = fused_elementwise(%x) {args = [0, -1, 0, 1], ops = ["row_mean", "sub"], row_ndim = 1}
+  output %d_1
+})");
+  // Over all dims, no keepdim: a scalar that broadcasts over the one row.
+  expect_fused(R"(
+graph @g {
+  input %x : f32[4, 50]
+  %e = exp(%x)
+  %s = sum(%e)
+  %y = div(%e, %s)
+  output %y
+})",
+               R"(
+graph @g {
+  input %x : f32[4, 50]
+  %e = exp(%x)
+  %y_1 = fused_elementwise(%e) {args = [0, -1, 0, 1], ops = ["row_sum", "div"], row_ndim = 2}
+  output %y_1
+})");
+}
+
+TEST(FuseElementwiseChains, LeadingExtremaTwoDimsAndF64) {
+  expect_fused(R"(
+graph @g {
+  input %x : f32[3, 4, 70]
+  input %w : f32[70]
+  %m = amax(%x) {dim = [1, 2], keepdim = true}
+  %d = sub(%x, %m)
+  %e = exp(%d)
+  %y = mul(%e, %w)
+  output %y
+})",
+               R"(
+graph @g {
+  input %x : f32[3, 4, 70]
+  input %w : f32[70]
+  %y_1 = fused_elementwise(%x, %w) {args = [0, -1, 0, 2, 3, -1, 4, 1], ops = ["row_amax", "sub", "exp", "mul"], row_ndim = 2}
+  output %y_1
+})");
+  expect_fused(R"(
+graph @g {
+  input %x : f64[5, 33]
+  %m = min(%x) {dim = [-1], keepdim = true}
+  %d = sub(%x, %m)
+  output %d
+})",
+               R"(
+graph @g {
+  input %x : f64[5, 33]
+  %d_1 = fused_elementwise(%x) {args = [0, -1, 0, 1], ops = ["row_amin", "sub"], row_ndim = 1}
+  output %d_1
+})");
+}
+
+TEST(FuseElementwiseChains, LeadingReductionOfAChainIsTrailingInstead) {
+  // amax(|x|) is not read by the division: it becomes its own group with a reduction stage
+  // (x is read twice either way), and the division stays.
+  expect_fused(R"(
+graph @g {
+  input %x : f32[4, 40]
+  %a = abs(%x)
+  %m = amax(%a) {dim = [-1], keepdim = true}
+  %q = div(%x, %m)
+  output %q
+})",
+               R"(
+graph @g {
+  input %x : f32[4, 40]
+  %m_1 = fused_elementwise(%x) {args = [0, -1], keepdim = true, ops = ["abs"], reduce = "amax", reduce_dims = [-1]}
+  %q = div(%x, %m_1)
+  output %q
+})");
+}
+
+TEST(FuseElementwiseChains, LeadingReductionOnSymbolicShapesAndThreads) {
+  const std::string before = R"(
+graph @g {
+  sym B in [1, 64]
+  sym N in [1, 400000]
+  input %x : f32[B, N]
+  %m = mean(%x) {dim = [1], keepdim = true}
+  %d = sub(%x, %m)
+  %q = mul(%d, %d)
+  output %q
+})";
+  auto original = parse_graph(before);
+  auto fused = original->clone();
+  ASSERT_TRUE(make_fuse_elementwise_chains()->run(*fused));
+  ASSERT_EQ(fused->nodes().size(), 1u);
+  std::mt19937 rng(11);
+  // The last two: one long row split over the threads, and more rows than threads.
+  for (auto [b, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 257}, {1, 300000}, {5, 40000}}) {
+    SCOPED_TRACE(std::to_string(b) + "x" + std::to_string(n));
+    std::vector<Tensor> inputs{test::random_tensor(DType::F32, {b, n}, rng)};
+    for (const char* policy : {"reference", "best"})
+      for (int threads : {1, 2})
+        expect_same_runs(*original, *fused, inputs,
+                         CompileOptions{.threads = threads, .kernel_policy = policy});
+  }
+}
+
+TEST(FuseElementwiseChains, LeadingReductionMustNotFire) {
+  auto pass = make_fuse_elementwise_chains();
+  // No keepdim: [4] broadcasts along the columns, not the rows.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 4]
+  %m = mean(%x) {dim = [-1]}
+  %d = sub(%x, %m)
+  output %d
+})");
+  // The mean is also a graph output; a column mean.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8]
+  %m = mean(%x) {dim = [-1], keepdim = true}
+  %d = sub(%x, %m)
+  output %d, %m
+})");
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f32[4, 8]
+  %m = mean(%x) {dim = [0], keepdim = true}
+  %d = sub(%x, %m)
+  output %d
+})");
+  // x is broadcast to a larger chain, so its rows are not the chain's: the sum stays.
+  expect_fused(R"(
+graph @g {
+  input %x : f32[8]
+  input %y : f32[4, 8]
+  %m = sum(%x) {dim = [-1], keepdim = true}
+  %d = sub(%y, %m)
+  %e = add(%d, %x)
+  output %e
+})",
+               R"(
+graph @g {
+  input %x : f32[8]
+  input %y : f32[4, 8]
+  %m = sum(%x) {dim = [-1], keepdim = true}
+  %e_1 = fused_elementwise(%y, %m, %x) {args = [0, 1, 3, 2], ops = ["sub", "add"]}
+  output %e_1
+})");
+}
+
+TEST(FusedElementwiseOp, SchemaRejectsBadRowReductions) {
+  auto expect_rejected = [](const std::string& attrs) {
+    const std::string text = "graph @g {\n  input %x : f32[4, 6]\n  input %y : f32[6]\n"
+                             "  %z = fused_elementwise(%x, %y) " + attrs + "\n  output %z\n}\n";
+    EXPECT_EQ(test::error_code_of([&] { parse_graph(text); }), ErrorCode::ShapeInference) << attrs;
+  };
+  // The operand is a result, or broadcast along the row; row_ndim out of range or unused; the
+  // row reduction last; combined with a reduce stage.
+  expect_rejected(R"({args = [0, -1, 2, -1, 0, 3], ops = ["exp", "row_sum", "sub"], row_ndim = 1})");
+  expect_rejected(R"({args = [1, -1, 0, 2], ops = ["row_sum", "sub"], row_ndim = 2})");
+  expect_rejected(R"({args = [0, -1, 0, 2], ops = ["row_sum", "sub"], row_ndim = 3})");
+  expect_rejected(R"({args = [0, 1], ops = ["sub"], row_ndim = 1})");
+  expect_rejected(R"({args = [0, 1, 0, -1], ops = ["sub", "row_sum"], row_ndim = 1})");
+  expect_rejected(R"({args = [0, -1, 0, 2], ops = ["row_sum", "sub"], reduce = "sum", row_ndim = 1})");
+}
+
+TEST(FusedElementwiseOp, SchemaRejectsBadReductions) {
+  auto expect_rejected = [](const std::string& attrs) {
+    const std::string text = "graph @g {\n  input %x : f32[4, 6]\n"
+                             "  %z = fused_elementwise(%x) " + attrs + "\n  output %z\n}\n";
+    EXPECT_EQ(test::error_code_of([&] { parse_graph(text); }), ErrorCode::ShapeInference) << attrs;
+  };
+  expect_rejected(R"({args = [0, -1], ops = ["exp"], reduce = "prod"})");  // unknown
+  expect_rejected(R"({args = [0, -1], ops = ["exp"], reduce = "sum", reduce_dims = [0]})");
+  expect_rejected(R"({args = [0, -1], ops = ["exp"], reduce = "sum", reduce_dims = [2]})");
+  expect_rejected(R"({args = [0, -1], ops = ["exp"], reduce = "sum", reduce_dims = [1, -1]})");
+  expect_rejected(R"({args = [0, -1], ops = ["exp"], reduce_dims = [1]})");  // no reduce
+  expect_rejected(R"({args = [0, -1], keepdim = true, ops = ["exp"]})");
 }
 
 TEST(FusedElementwiseOp, SchemaRejectsBadPrograms) {

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/vec_math_avx2.h"
+#include "kiln/error.h"
 
 // One pass = one accumulator policy (the Acc structs) run over one item (a Row, or a Strip of
 // adjacent columns) by the same blocked pairwise driver; each op is a short recipe of passes
@@ -19,7 +20,11 @@ namespace kiln::cpu::avx2 {
 
 namespace {
 
-#define KILN_AVX2_INLINE KILN_TARGET_AVX2 inline
+// Always inlined: GCC 12 gets the return ABI of an out-of-line KILN_TARGET_AVX2 function that
+// returns a struct of __m256 wrong in a file built without -mavx2 (the caller keeps only the low
+// 128 bits: sums lost their upper 4 lanes once row_block had a second caller). So no vector
+// value crosses a call here.
+#define KILN_AVX2_INLINE KILN_TARGET_AVX2 inline __attribute__((always_inline))
 
 KILN_AVX2_INLINE __m256 all_lanes() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
 KILN_AVX2_INLINE __m256d low_half(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
@@ -236,7 +241,7 @@ constexpr int64_t kStripWidth = 32;  // columns of a strip: 4 vectors
 // One block of a row: vector v goes to accumulator v % 4 (independent chains), a partial last
 // vector masked.
 template <class Acc>
-KILN_TARGET_AVX2 Acc row_block(const float* x, int64_t count, const typename Acc::Param& p) {
+KILN_AVX2_INLINE Acc row_block(const float* x, int64_t count, const typename Acc::Param& p) {
   Acc a0 = Acc::zero(), a1 = Acc::zero(), a2 = Acc::zero(), a3 = Acc::zero();
   const __m256 all = all_lanes();
   int64_t i = 0;
@@ -492,7 +497,77 @@ void for_items(int64_t items, int64_t work_per_item, int threads, const Run& run
   });
 }
 
+// RowFold's state: the tree of a Row's pass. Only pointers cross into these, never vectors.
+template <class Acc>
+using RowTree = PairwiseTree<Acc, 1>;
+
+template <class Acc>
+KILN_TARGET_AVX2 void fold_start(void* state) {
+  new (state) RowTree<Acc>;  // default-init: size 0, nodes unset (no 2 KiB clear per row)
+}
+template <class Acc>
+KILN_TARGET_AVX2 void fold_block(void* state, const float* x, int64_t count) {
+  static_cast<RowTree<Acc>*>(state)->push({row_block<Acc>(x, count, {})}, 0);
+}
+template <class Acc>
+KILN_TARGET_AVX2 void fold_append(void* state, const void* run) {
+  const auto& r = *static_cast<const RowTree<Acc>*>(run);
+  for (int i = 0; i < r.size; ++i) static_cast<RowTree<Acc>*>(state)->push(r.nodes[i], r.levels[i]);
+}
+template <class Acc>
+KILN_TARGET_AVX2 double fold_total(const void* state) {
+  double out = 0;
+  Row{nullptr, 0}.template results<Acc>(static_cast<const RowTree<Acc>*>(state)->total(), &out);
+  return out;
+}
+
 }  // namespace
+
+RowFold::RowFold(VectorReduction op) : op_(op) {
+  static_assert(sizeof(RowTree<SumAcc>) <= sizeof(state_) && alignof(RowTree<SumAcc>) <= 32 &&
+                sizeof(RowTree<ExtremumAcc<true>>) <= sizeof(state_));
+  static_assert(kBlock == kRowBlock);
+  switch (op) {
+    case VectorReduction::Sum:
+    case VectorReduction::Mean: fold_start<SumAcc>(state_); break;
+    case VectorReduction::Amax: fold_start<ExtremumAcc<true>>(state_); break;
+    case VectorReduction::Amin: fold_start<ExtremumAcc<false>>(state_); break;
+    default: KILN_ASSERT(false, "RowFold takes sum, mean, amax and amin");
+  }
+}
+
+void RowFold::add(const float* block, int64_t count) {
+  switch (op_) {
+    case VectorReduction::Amax: return fold_block<ExtremumAcc<true>>(state_, block, count);
+    case VectorReduction::Amin: return fold_block<ExtremumAcc<false>>(state_, block, count);
+    default: return fold_block<SumAcc>(state_, block, count);
+  }
+}
+
+void RowFold::append(const RowFold& run) {
+  KILN_ASSERT(run.op_ == op_, "RowFold::append of another reduction");
+  switch (op_) {
+    case VectorReduction::Amax: return fold_append<ExtremumAcc<true>>(state_, run.state_);
+    case VectorReduction::Amin: return fold_append<ExtremumAcc<false>>(state_, run.state_);
+    default: return fold_append<SumAcc>(state_, run.state_);
+  }
+}
+
+int64_t RowFold::run_blocks(int64_t blocks, int threads) {
+  int64_t run = 1;  // as reduce_lanes shares out a row's blocks
+  while (run * 4 * threads < blocks) run *= 2;
+  return run;
+}
+
+float RowFold::result(int64_t n) const {
+  switch (op_) {
+    case VectorReduction::Amax: return static_cast<float>(fold_total<ExtremumAcc<true>>(state_));
+    case VectorReduction::Amin: return static_cast<float>(fold_total<ExtremumAcc<false>>(state_));
+    case VectorReduction::Mean:
+      return static_cast<float>(fold_total<SumAcc>(state_) / static_cast<double>(n));
+    default: return static_cast<float>(fold_total<SumAcc>(state_));
+  }
+}
 
 void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
             int threads) {

@@ -38,6 +38,28 @@ namespace avx2 {
 void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
             int threads);
 
+// Folds one row block by block exactly as reduce() folds a row in memory (x as [1, n, 1]), for
+// kernels that compute the row's elements a block at a time instead of writing the row out
+// (fused_elementwise's reduction stage): Sum, Mean, Amax, Amin. Serial, one row per object.
+class RowFold {
+ public:
+  static constexpr int64_t kBlock = 256;
+  explicit RowFold(VectorReduction op);
+  // The row's next kBlock elements (fewer only in its last block).
+  void add(const float* block, int64_t count);
+  // Several threads fold one row: each a run of run_blocks(...) blocks (the last run may be
+  // shorter) starting at a multiple of it, into its own RowFold; appending the runs' folds in
+  // order gives the serial fold's tree, so the result doesn't depend on the split.
+  static int64_t run_blocks(int64_t blocks, int threads);
+  void append(const RowFold& run);
+  // The result of the row of n elements added so far.
+  float result(int64_t n) const;
+
+ private:
+  VectorReduction op_;
+  alignas(32) unsigned char state_[2432];  // the pass's pairwise tree (reduction_avx2.cc)
+};
+
 }  // namespace avx2
 #endif
 
