@@ -4,7 +4,9 @@
 //
 // Arrays cross in both directions through DLPack without copies: inputs are read in place (any
 // framework exporting CPU memory through DLPack or the buffer protocol), outputs wrap Kiln's own
-// output tensors and are handed out as NumPy arrays or torch tensors.
+// output tensors and are handed out as NumPy arrays or torch tensors. torch tensors cross
+// through DLPack's C exchange API, with no Python code on the way; TorchCall is torch.compile's
+// whole per-call path in C++.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -13,7 +15,9 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -91,21 +95,27 @@ T number_from_python(nb::handle h, const std::string& what) {
   return value;
 }
 
-// True for torch.Tensor and its subclasses (nn.Parameter, ...). Looks torch up in sys.modules
-// rather than importing it: a tensor can only exist once torch is loaded.
-bool is_torch_tensor(nb::handle obj) {
-  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");
-  if (!torch) return false;
-  nb::object tensor_type = nb::getattr(torch, "Tensor", nb::none());
-  return !tensor_type.is_none() && PyObject_IsInstance(obj.ptr(), tensor_type.ptr()) == 1;
-}
-
-// Kiln only reads the data: a tensor tracked by autograd refuses DLPack export, its detached
-// alias (same memory) doesn't.
-nb::object readable(nb::handle obj) {
-  if (is_torch_tensor(obj) && nb::cast<bool>(obj.attr("requires_grad")))
-    return obj.attr("detach")();
-  return nb::borrow(obj);
+// Kiln's view of DLPack-described memory; `what` names the argument in errors ("input 0").
+TensorView dlpack_view(void* data, int32_t device_type, nb::dlpack::dtype t, size_t ndim,
+                       const int64_t* shape, const int64_t* strides, const std::string& what) {
+  if (device_type != nb::device::cpu::value)
+    throw_error(ErrorCode::InputBuffer, what, " is not in CPU memory (DLPack device type ",
+                device_type, "); Kiln runs on the CPU: move it there first, e.g. with "
+                "tensor.cpu()");
+  std::optional<DType> dtype = dtype_from_dlpack(t);
+  if (!dtype)
+    throw_error(ErrorCode::InputDType, what, " has a dtype Kiln doesn't support (DLPack code ",
+                int(t.code), ", ", int(t.bits), " bits, ", int(t.lanes), " lanes); Kiln's "
+                "dtypes are ", dtype_list());
+  TensorView view;
+  view.data = data;
+  view.dtype = *dtype;
+  view.sizes.assign(shape, shape + ndim);
+  // Passed through as they are: the runtime decides what it accepts (E10005), nothing is copied.
+  // An array without elements has no layout (NumPy reports zero strides): left empty, it reads
+  // as contiguous, as do DLPack's null strides.
+  if (view.numel() > 0 && strides) view.strides.assign(strides, strides + ndim);
+  return view;
 }
 
 // Imports `obj` as an nb::ndarray (nb::ndarray<nb::ro> to read, nb::ndarray<> to write) without
@@ -122,25 +132,147 @@ TensorView import_array(nb::handle obj, const std::string& what, Array& array) {
                 ", which Kiln can't read as an array; pass a NumPy array or a torch tensor on "
                 "the CPU");
   }
-  if (array.device_type() != nb::device::cpu::value)
-    throw_error(ErrorCode::InputBuffer, what, " is not in CPU memory (DLPack device type ",
-                array.device_type(), "); Kiln runs on the CPU: move it there first, e.g. with "
-                "tensor.cpu()");
-  nb::dlpack::dtype t = array.dtype();
-  std::optional<DType> dtype = dtype_from_dlpack(t);
-  if (!dtype)
-    throw_error(ErrorCode::InputDType, what, " has a dtype Kiln doesn't support (DLPack code ",
-                int(t.code), ", ", int(t.bits), " bits, ", int(t.lanes), " lanes); Kiln's "
-                "dtypes are ", dtype_list());
-  TensorView view;
-  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  view.dtype = *dtype;
-  view.sizes.assign(array.shape_ptr(), array.shape_ptr() + array.ndim());
-  // Passed through as they are: the runtime decides what it accepts (E10005), nothing is copied.
-  // An array without elements has no layout (NumPy reports zero strides): left empty, it reads
-  // as contiguous.
-  if (view.numel() > 0) view.strides.assign(array.stride_ptr(), array.stride_ptr() + array.ndim());
-  return view;
+  return dlpack_view(const_cast<void*>(static_cast<const void*>(array.data())),
+                     array.device_type(), array.dtype(), array.ndim(), array.shape_ptr(),
+                     array.stride_ptr(), what);
+}
+
+// ---------------------------------------------------------------- torch tensors at C level
+
+// torch.Tensor crosses through DLPack's C exchange API (DLPack >= 1.2; the capsule
+// torch.Tensor.__dlpack_c_exchange_api__): plain C calls, where Tensor.__dlpack__ and
+// torch.utils.dlpack.from_dlpack are Python functions costing microseconds per tensor, most of
+// a small graph's call (docs/benchmarks.md). The structs are DLPack's stable ABI as dlpack.h
+// declares them; DLTensor is nanobind's nb::dlpack::dltensor.
+namespace dlx {
+struct Version {
+  uint32_t major, minor;
+};
+struct ManagedTensorVersioned {
+  Version version;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensorVersioned* self);
+  uint64_t flags;
+  nb::dlpack::dltensor dl_tensor;
+};
+struct ExchangeAPI {
+  Version version;
+  void* prev_api;
+  int (*managed_tensor_allocator)(nb::dlpack::dltensor*, ManagedTensorVersioned**, void*,
+                                  void (*)(void*, const char*, const char*));
+  int (*managed_tensor_from_py_object_no_sync)(void* py_object, ManagedTensorVersioned** out);
+  int (*managed_tensor_to_py_object_no_sync)(ManagedTensorVersioned* tensor, void** out);
+  int (*dltensor_from_py_object_no_sync)(void* py_object, nb::dlpack::dltensor* out);
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out);
+};
+}  // namespace dlx
+
+// torch.Tensor and its exchange API, looked up once torch is loaded (a tensor can only exist
+// then; sys.modules is read rather than importing torch). The API is null for a torch without
+// it (older than 2.10), which then crosses through nanobind's DLPack import and export.
+struct TorchTypes {
+  PyTypeObject* tensor = nullptr;
+  const dlx::ExchangeAPI* api = nullptr;
+};
+
+const TorchTypes* torch_types() {
+  static TorchTypes types;
+  static bool found = false;
+  if (found) return &types;
+  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");
+  if (!torch) return nullptr;
+  nb::object tensor = nb::getattr(torch, "Tensor", nb::none());
+  if (tensor.is_none() || !PyType_Check(tensor.ptr())) return nullptr;
+  types.tensor = reinterpret_cast<PyTypeObject*>(tensor.ptr());
+  nb::object capsule = nb::getattr(tensor, "__dlpack_c_exchange_api__", nb::none());
+  if (PyCapsule_CheckExact(capsule.ptr())) {
+    auto* api = static_cast<const dlx::ExchangeAPI*>(
+        PyCapsule_GetPointer(capsule.ptr(), "dlpack_exchange_api"));
+    // The table's layout is that of major version 1 from minor 2 on.
+    if (api && api->version.major == 1 && api->version.minor >= 2) types.api = api;
+    PyErr_Clear();
+  }
+  found = true;  // the type and the table live as long as the process
+  return &types;
+}
+
+// True for torch.Tensor and its subclasses (nn.Parameter, ...).
+bool is_torch_tensor(nb::handle obj) {
+  const TorchTypes* torch = torch_types();
+  return torch && PyObject_TypeCheck(obj.ptr(), torch->tensor);
+}
+
+// An owning DLPack tensor from torch, released (torch's deleter) when this goes.
+struct ManagedTensorDeleter {
+  void operator()(dlx::ManagedTensorVersioned* t) const {
+    if (t->deleter) t->deleter(t);
+  }
+};
+using ManagedTensor = std::unique_ptr<dlx::ManagedTensorVersioned, ManagedTensorDeleter>;
+
+// Kiln's view of a torch tensor's memory through the exchange API, or nothing when torch has no
+// such API or refuses the tensor (then nanobind's import runs and reports why).
+std::optional<TensorView> import_torch(nb::handle obj, const std::string& what,
+                                       ManagedTensor& held) {
+  const TorchTypes* torch = torch_types();
+  if (!torch || !torch->api || !PyObject_TypeCheck(obj.ptr(), torch->tensor)) return std::nullopt;
+  dlx::ManagedTensorVersioned* managed = nullptr;
+  if (torch->api->managed_tensor_from_py_object_no_sync(obj.ptr(), &managed) != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  held.reset(managed);
+  const nb::dlpack::dltensor& t = managed->dl_tensor;
+  return dlpack_view(static_cast<char*>(t.data) + t.byte_offset, t.device.device_type, t.dtype,
+                     size_t(t.ndim), t.shape, t.strides, what);
+}
+
+// A Kiln-owned tensor as DLPack hands it to torch: torch calls the deleter when its tensor dies.
+struct ExportedTensor {
+  dlx::ManagedTensorVersioned managed{};
+  Tensor tensor;
+  std::vector<int64_t> shape, strides;
+};
+
+// The tensor as a torch.Tensor on its memory without a copy, or nothing when torch has no
+// exchange API.
+std::optional<nb::object> export_torch(Tensor& tensor) {
+  const TorchTypes* torch = torch_types();
+  if (!torch || !torch->api) return std::nullopt;
+  auto exported = std::make_unique<ExportedTensor>();
+  exported->tensor = std::move(tensor);
+  const Tensor& t = exported->tensor;
+  exported->shape.assign(t.sizes().begin(), t.sizes().end());
+  exported->strides.resize(exported->shape.size());
+  int64_t stride = 1;  // Kiln's output tensors are dense and row-major
+  for (size_t i = exported->shape.size(); i-- > 0;) {
+    exported->strides[i] = stride;
+    stride *= exported->shape[i];
+  }
+  dlx::ManagedTensorVersioned& m = exported->managed;
+  m.version = {1, 0};
+  m.manager_ctx = exported.get();
+  m.deleter = [](dlx::ManagedTensorVersioned* self) {
+    delete static_cast<ExportedTensor*>(self->manager_ctx);
+  };
+  m.dl_tensor.data = const_cast<void*>(static_cast<const void*>(t.data()));
+  m.dl_tensor.device = {nb::device::cpu::value, 0};
+  m.dl_tensor.ndim = int32_t(exported->shape.size());
+  m.dl_tensor.dtype = dlpack_dtype(t.dtype());
+  m.dl_tensor.shape = exported->shape.data();
+  m.dl_tensor.strides = exported->strides.data();
+  void* out = nullptr;
+  if (torch->api->managed_tensor_to_py_object_no_sync(&m, &out) != 0) throw nb::python_error();
+  exported.release();  // torch owns it now
+  return nb::steal(static_cast<PyObject*>(out));
+}
+
+// Kiln only reads the data: a tensor tracked by autograd refuses DLPack export, its detached
+// alias (same memory) doesn't.
+nb::object readable(nb::handle obj) {
+  if (is_torch_tensor(obj) && nb::cast<bool>(obj.attr("requires_grad")))
+    return obj.attr("detach")();
+  return nb::borrow(obj);
 }
 
 // A constant that uses the array's memory in place when Kiln's kernels can read it there
@@ -161,7 +293,18 @@ Tensor borrow_or_copy(const TensorView& view, const nb::ndarray<nb::ro>& array) 
 // Arrays read by one call, held until it returns.
 struct ImportedArrays {
   std::vector<nb::ndarray<nb::ro>> arrays;
+  std::vector<ManagedTensor> tensors;  // torch tensors through the exchange API
   std::vector<TensorView> views;
+
+  void add(nb::handle obj, const std::string& what) {
+    ManagedTensor held;
+    if (std::optional<TensorView> view = import_torch(obj, what, held)) {
+      tensors.push_back(std::move(held));
+      views.push_back(std::move(*view));
+      return;
+    }
+    views.push_back(import_array(readable(obj), what, arrays.emplace_back()));
+  }
 };
 
 std::vector<nb::handle> sequence_items(nb::handle seq, const char* what) {
@@ -175,10 +318,7 @@ std::vector<nb::handle> sequence_items(nb::handle seq, const char* what) {
 
 ImportedArrays import_inputs(const std::vector<nb::handle>& inputs) {
   ImportedArrays imported;
-  imported.arrays.resize(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    imported.views.push_back(
-        import_array(readable(inputs[i]), "input " + std::to_string(i), imported.arrays[i]));
+  for (size_t i = 0; i < inputs.size(); ++i) imported.add(inputs[i], "input " + std::to_string(i));
   return imported;
 }
 
@@ -187,6 +327,8 @@ ImportedArrays import_inputs(const std::vector<nb::handle>& inputs) {
 // Hands a Kiln-owned tensor to Python without a copy: the array's owner capsule keeps the
 // tensor (and so its storage) alive for as long as the array lives.
 nb::object export_tensor(Tensor tensor, bool as_torch) {
+  if (as_torch)
+    if (std::optional<nb::object> exported = export_torch(tensor)) return *exported;
   auto* owned = new Tensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   std::vector<size_t> shape(owned->sizes().begin(), owned->sizes().end());
@@ -280,6 +422,127 @@ void run_into(const CompiledGraph& compiled, const std::vector<nb::handle>& inpu
   nb::gil_scoped_release release;
   compiled.run(imported.views, out_views);
 }
+
+// ---------------------------------------------------------------- torch.compile's call path
+
+// A Kiln partition as torch.compile calls it (python/kiln/backend.py, docs/frontend.md): takes
+// the call's arguments, re-checks the frozen weights, runs the graph on the arguments that are
+// its inputs and returns torch tensors, with no Python code on the way unless a frozen weight
+// changed. Per-call overhead is the point (docs/benchmarks.md).
+class TorchCall {
+ public:
+  TorchCall(nb::object compiled, std::vector<size_t> inputs, std::vector<size_t> frozen_positions,
+            nb::list frozen, nb::object refreeze, bool single_output)
+      : inputs_(std::move(inputs)), frozen_positions_(std::move(frozen_positions)),
+        refreeze_(std::move(refreeze)), single_output_(single_output) {
+    for (size_t p : inputs_) arity_ = std::max(arity_, p + 1);
+    for (size_t p : frozen_positions_) arity_ = std::max(arity_, p + 1);
+    reset(std::move(compiled), frozen);
+  }
+
+  // A new compiled graph for new frozen weights (given in frozen_positions' order).
+  void reset(nb::object compiled, nb::list frozen) {
+    if (!nb::isinstance<CompiledGraph>(compiled))
+      throw_error(ErrorCode::InvalidArgument, "TorchCall needs a CompiledGraph, got a ",
+                  type_name_of(compiled));
+    if (frozen.size() != frozen_positions_.size())
+      throw_error(ErrorCode::InvalidArgument, "TorchCall has ", frozen_positions_.size(),
+                  " frozen position(s) but got ", frozen.size(), " tensor(s)");
+    compiled_ = std::move(compiled);
+    frozen_.clear();
+    for (nb::handle t : frozen) frozen_.push_back(Frozen{nb::borrow(t), version(t)});
+  }
+
+  nb::object call(nb::args args) {
+    if (args.size() < arity_)
+      throw_error(ErrorCode::InvalidArgument, "the compiled partition takes at least ", arity_,
+                  " argument(s), got ", args.size());
+    // A frozen weight changed in place (its version counter moved) or replaced: the partition
+    // is rebuilt on the new weights before it runs, never run on stale ones.
+    for (size_t i = 0; i < frozen_.size(); ++i) {
+      nb::handle arg = args[frozen_positions_[i]];
+      if (!arg.is(frozen_[i].tensor) || version(arg) != frozen_[i].version) {
+        nb::list tensors;
+        for (size_t p : frozen_positions_) tensors.append(args[p]);
+        refreeze_(tensors);  // calls reset()
+        break;
+      }
+    }
+    nb::object compiled = compiled_;  // held: a refreeze on another thread may replace it
+    ImportedArrays imported;
+    std::vector<nb::object> dense;  // contiguous copies of strided inputs, held for the run
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      nb::handle arg = args[inputs_[k]];
+      imported.add(arg, "input " + std::to_string(k));
+      // Kiln reads dense row-major memory: views and channels-last tensors made by PyTorch
+      // (around a fallback op, or by the caller) are made contiguous, a copy only for them.
+      if (!imported.views.back().is_contiguous() && is_torch_tensor(arg)) {
+        dense.push_back(arg.attr("contiguous")());
+        imported.views.pop_back();
+        imported.add(dense.back(), "input " + std::to_string(k));
+      }
+    }
+    std::vector<Tensor> results;
+    {
+      const CompiledGraph& graph = nb::cast<const CompiledGraph&>(compiled);
+      nb::gil_scoped_release release;
+      results = graph.run(imported.views);
+    }
+    if (single_output_) {
+      KILN_ASSERT(results.size() == 1, "a single-output partition returned " << results.size());
+      return export_tensor(std::move(results[0]), /*as_torch=*/true);
+    }
+    nb::object outputs = nb::steal(PyTuple_New(Py_ssize_t(results.size())));
+    if (!outputs) throw nb::python_error();
+    for (size_t i = 0; i < results.size(); ++i)
+      PyTuple_SET_ITEM(outputs.ptr(), Py_ssize_t(i),
+                       export_tensor(std::move(results[i]), /*as_torch=*/true).release().ptr());
+    return outputs;
+  }
+
+  // The garbage collector's view (the refreeze callback usually refers back to the module
+  // holding this object).
+  static int traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(Py_TYPE(self));
+    if (!nb::inst_ready(self)) return 0;
+    TorchCall* c = nb::inst_ptr<TorchCall>(self);
+    Py_VISIT(c->compiled_.ptr());
+    Py_VISIT(c->refreeze_.ptr());
+    for (Frozen& f : c->frozen_) Py_VISIT(f.tensor.ptr());
+    return 0;
+  }
+
+  static int clear(PyObject* self) {
+    TorchCall* c = nb::inst_ptr<TorchCall>(self);
+    c->refreeze_ = nb::none();
+    c->frozen_positions_.clear();
+    c->frozen_.clear();
+    return 0;
+  }
+
+ private:
+  struct Frozen {
+    nb::object tensor;
+    int64_t version;
+  };
+
+  static int64_t version(nb::handle tensor) {
+    static PyObject* name = PyUnicode_InternFromString("_version");
+    PyObject* version = PyObject_GetAttr(tensor.ptr(), name);
+    if (!version) throw nb::python_error();  // not a tensor: its AttributeError
+    return nb::cast<int64_t>(nb::steal(version));
+  }
+
+  std::vector<size_t> inputs_, frozen_positions_;
+  size_t arity_ = 0;
+  nb::object compiled_, refreeze_;
+  std::vector<Frozen> frozen_;
+  bool single_output_;
+};
+
+PyType_Slot torch_call_slots[] = {{Py_tp_traverse, (void*)TorchCall::traverse},
+                                  {Py_tp_clear, (void*)TorchCall::clear},
+                                  {0, nullptr}};
 
 // ---------------------------------------------------------------- graph building
 
@@ -630,6 +893,22 @@ NB_MODULE(_C, m) {
            "output (index), input_shapes and value; skipped counts outputs in a blocked layout.")
       .def("pipeline_warnings", &CompiledGraph::pipeline_warnings,
            "Fixed-point groups of the pipeline that hit their round cap (empty when all converged).");
+
+  nb::class_<TorchCall>(m, "TorchCall", nb::type_slots(torch_call_slots),
+                        "A Kiln partition as torch.compile calls it: call(*args) re-checks the "
+                        "frozen weights, runs on the arguments at `inputs` and returns torch "
+                        "tensors (the lone output with single_output, else a tuple).")
+      .def(nb::init<nb::object, std::vector<size_t>, std::vector<size_t>, nb::list, nb::object,
+                    bool>(),
+           "compiled"_a, "inputs"_a, "frozen_positions"_a, "frozen"_a, "refreeze"_a,
+           "single_output"_a,
+           "compiled: a CompiledGraph; inputs: the argument positions of its inputs; frozen: "
+           "the tensors frozen into it, at argument positions frozen_positions; refreeze: "
+           "called with the arguments at frozen_positions (a list) when one of them is not the "
+           "frozen tensor or its version counter moved, and must call reset().")
+      .def("reset", &TorchCall::reset, "compiled"_a, "frozen"_a,
+           "Replaces the compiled graph and the frozen tensors (in frozen_positions' order).")
+      .def("__call__", &TorchCall::call);
 
   m.def(
       "import_fx",

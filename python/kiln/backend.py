@@ -19,7 +19,7 @@ from typing import Any, Callable
 import sympy
 import torch
 import torch.fx as fx
-from torch._functorch.aot_autograd import aot_module_simplified
+from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -48,11 +48,12 @@ class _KilnSupport(OperatorSupportBase):
 class KilnSubgraph(torch.nn.Module):
     """A partition compiled by Kiln. Frozen weights are checked on every call: a parameter
     changed in place (its version counter moved) or replaced makes the next call re-import the
-    subgraph, so no result is ever computed from stale weights."""
+    subgraph, so no result is ever computed from stale weights. The call itself is a
+    _C.TorchCall: the checks, the crossing of tensors and the run are C++ (docs/frontend.md)."""
 
     def __init__(self, graph_json: str, constant_args: dict[int, str], names: list[str],
                  example_args: list[torch.Tensor], options: dict[str, Any], single_output: bool,
-                 size_args: frozenset[int] = frozenset()):
+                 size_args: frozenset[int] = frozenset(), output_count: int = 1):
         super().__init__()
         self.graph_json = graph_json
         self.constant_args = constant_args  # argument position → placeholder name
@@ -61,8 +62,11 @@ class KilnSubgraph(torch.nn.Module):
         self.input_positions = self.tensor_positions(len(names), constant_args, size_args)
         self.options = options
         self.single_output = single_output
+        self.output_count = output_count
         self.precision_check = None  # a _precision.PartitionCheck with debug.precision_check
+        self._calls: list = []  # the TorchCalls running this partition, reset on a refreeze
         self._freeze([example_args[i] for i in constant_args], list(constant_args))
+        self._call = self.torch_call(list(range(len(names))), single_output)
 
     @staticmethod
     def tensor_positions(count: int, constant_args, size_args) -> list[int]:
@@ -77,22 +81,35 @@ class KilnSubgraph(torch.nn.Module):
             graph = _C.import_fx(self.graph_json, constants)
         self.compiled = _C.compile(graph, **self.options)
         self.frozen = [(p, t, t._version) for p, t in zip(positions, tensors)]
+        for call in self._calls:
+            call.reset(self.compiled, list(tensors))
+
+    def _refreeze(self, tensors: list[torch.Tensor]) -> None:
+        self._freeze(tensors, [p for p, _, _ in self.frozen])
+
+    def torch_call(self, positions: list[int], single_output: bool):
+        """A _C.TorchCall running this partition on a caller's arguments, where `positions[i]`
+        is the caller's position of this module's argument i: the module's own forward, or
+        dynamo calling the partition directly when it is the whole graph."""
+        call = _C.TorchCall(self.compiled, [positions[i] for i in self.input_positions],
+                            [positions[p] for p, _, _ in self.frozen],
+                            [t for _, t, _ in self.frozen], self._refreeze, single_output)
+        self._calls.append(call)
+        return call
 
     def forward(self, *args):
+        if self.precision_check is None:
+            return self._call(*args)
         for position, tensor, version in self.frozen:
             arg = args[position]
             if arg is not tensor or arg._version != version:
-                positions = [p for p, _, _ in self.frozen]
-                self._freeze([args[p] for p in positions], positions)
+                self._refreeze([args[p] for p, _, _ in self.frozen])
                 break
         # Kiln reads dense row-major memory: views and channels-last tensors made by PyTorch
         # (around a fallback op, or by the caller) are made contiguous, a copy only for them.
         inputs = [args[i] for i in self.input_positions]
         inputs = [t if t.is_contiguous() else t.contiguous() for t in inputs]
-        if self.precision_check is None:
-            outputs = self.compiled.run(inputs)
-        else:
-            outputs = self.precision_check.run(self.compiled, inputs, args)
+        outputs = self.precision_check.run(self.compiled, inputs, args)
         if not inputs:  # results follow the inputs' framework; with none they are NumPy
             outputs = [torch.from_numpy(o) for o in outputs]
         return outputs[0] if self.single_output else tuple(outputs)
@@ -373,7 +390,8 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
             module_options = dict(options, pad_to_gear=dynamic.pad_to_gear,
                                   gears=[_gear_sizes(vals, b, kiln_name) for b in dynamic.gears])
         module = KilnSubgraph(graph_json, constant_args, [p.name for p in sub_placeholders],
-                              example_args, module_options, single, size_args)
+                              example_args, module_options, single, size_args,
+                              1 if single else len(output))
         if config.get("debug.precision_check.enable"):
             module.precision_check = _precision.PartitionCheck(
                 sub, kiln_name, config.get("debug.precision_check.rtol"),
@@ -397,6 +415,59 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                 report.fallback[target_name(n)] = (count + 1, why or reason)
     fused.recompile()
     return fused
+
+
+def _plain_inference(example_inputs: list) -> bool:
+    """True when AOTAutograd's runtime wrapper around the inference graph it is compiling has
+    nothing to do but call it: no input mutated, every output a new tensor (none aliasing an
+    input or another output), no effect tokens, RNG state, autocast or tensor subclasses, no
+    dynamic output dims to mark. Nothing requires grad in an inference graph."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    return (meta is not None
+            and not any(i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata
+                        for i in meta.input_info)
+            and meta.num_mutated_inp_runtime_indices == 0
+            and all(o.output_type == OutputType.non_alias for o in meta.output_info)
+            and meta.num_intermediate_bases == 0
+            and not meta.tokens and not meta.is_rng_op_functionalized
+            and not meta.dynamic_outputs and meta.grad_enabled_mutation is None
+            and not torch._C._is_any_autocast_enabled()
+            and not any(is_traceable_wrapper_subclass(t) for t in example_inputs))
+
+
+def _direct_call(fused: fx.GraphModule) -> Callable | None:
+    """When the whole graph is one Kiln partition on the graph's own arguments, its
+    _C.TorchCall reading those arguments (outputs as a tuple, as dynamo expects): no FX module
+    and no submodule call around it. None otherwise."""
+    placeholders: dict[fx.Node, int] = {}
+    call = output = None
+    getitems: dict[fx.Node, int] = {}
+    for node in fused.graph.nodes:
+        if node.op == "placeholder":
+            placeholders[node] = len(placeholders)
+        elif node.op == "call_module" and call is None:
+            call = node
+        elif (node.op == "call_function" and node.target is operator.getitem
+              and node.args[0] is call):
+            getitems[node] = node.args[1]
+        elif node.op == "output":
+            output = node.args[0]
+        else:
+            return None
+    module = getattr(fused, call.target) if call is not None else None
+    if (not isinstance(module, KilnSubgraph) or module.precision_check is not None
+            or call.kwargs or not isinstance(output, (list, tuple))
+            or not all(isinstance(a, fx.Node) and a in placeholders for a in call.args)):
+        return None
+    by_index = {k: g for g, k in getitems.items()}
+    expected = ([call] if module.single_output else
+                [by_index.get(i) for i in range(module.output_count)])
+    if list(output) != expected:
+        return None
+    return module.torch_call([placeholders[a] for a in call.args], single_output=False)
 
 
 _MODES = ("default", "reduce-overhead", "max-autotune")
@@ -439,7 +510,28 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
                         "aliasing); Kiln compiles inference graphs without them")
         return compile_aten_graph(aten_gm, constants, config, _report, dynamic)
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=inference_compiler)
+    # Where AOTAutograd's runtime wrapper would only call the graph, and the graph is a single
+    # Kiln partition, dynamo calls the partition directly: the wrapper and the FX module cost
+    # several times the run of a small graph (docs/benchmarks.md). Any mutation, aliasing,
+    # autograd or fallback op keeps AOTAutograd's path and its semantics.
+    direct = []
+
+    def direct_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
+        fused = inference_compiler(aten_gm, aten_inputs)
+        call = _direct_call(fused) if _plain_inference(example_inputs) else None
+        if call is not None:
+            direct.append(call)
+        return fused
+
+    def backward_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
+        # Inputs requiring grad under grad mode: Kiln runs the forward graph, and the backward
+        # graph AOTAutograd derived runs in PyTorch (Kiln has no backward converters yet).
+        return make_boxed_func(aten_gm.forward)
+
+    compiled = aot_module_simplified(gm, example_inputs, fw_compiler=inference_compiler,
+                                     bw_compiler=backward_compiler,
+                                     inference_compiler=direct_compiler)
+    return direct[0] if direct else compiled
 
 
 def get_backend(compiler_config: CompilerConfig | None = None) -> Callable:
