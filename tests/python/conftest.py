@@ -16,6 +16,15 @@ import kiln
 F32_UNIT_ROUNDOFF = 2.0**-24
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches emptied around a test, so that each test compiles what it calls (modules
+    take it with pytestmark = pytest.mark.usefixtures("fresh_dynamo"))."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def assert_within_dot_product_bound(result, exact, magnitude, k):
     """result: Kiln's float32 output; exact: the float64 reference; magnitude: the same
     computation on |inputs| in float64 (sum |a_i * b_i| per element); k: terms per sum."""

@@ -15,11 +15,7 @@ from kiln import _C
 from kiln.backend import KilnSubgraph, Report, kiln_backend
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compile_recording(fn, report=None):

@@ -10,11 +10,7 @@ import kiln
 OPTIONS = {"operator_selection.fallback_to_cpu": False}
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 X = torch.randn(3, 4, 5, 6, generator=torch.Generator().manual_seed(3))

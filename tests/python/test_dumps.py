@@ -34,11 +34,7 @@ class Encoder(nn.Module):
         return self.layer[1](torch.special.bessel_j0(self.layer[0](x)))
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compile_and_run(model, x, **options):

@@ -7,7 +7,9 @@ import torch
 
 import kiln
 from conftest import expect_error
-from test_backend import WithUnsupportedOp, fresh_dynamo  # noqa: F401 (an autouse fixture)
+from test_backend import WithUnsupportedOp
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 # Passes off: fusion would turn the chain into one kernel with no intermediates.

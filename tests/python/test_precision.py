@@ -28,11 +28,7 @@ def inputs():
     return torch.randn(4, 16), torch.randn(1, 2, 6, 6)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @pytest.fixture

@@ -18,11 +18,7 @@ from test_backend import WithUnsupportedOp
 from test_export import cli_path
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def mlp_graph():
