@@ -321,6 +321,23 @@ class Report:
         return "\n".join(lines)
 
 
+def _leave_escaping_sizes_to_pytorch(partition) -> None:
+    """A size (SymInt) computed in a partition and read outside it can't be a Kiln output:
+    PyTorch computes it, and the partition reads it as an input where it uses it too. Only sizes
+    computed from sizes move (the usual case: from the graph's SymInt inputs); one computed from
+    a tensor of the partition stays, since moving it would make a cycle."""
+    def movable(node: fx.Node) -> bool:
+        return is_symbolic_scalar(node) and all(
+            a not in partition.nodes or is_symbolic_scalar(a) for a in node.all_input_nodes)
+    moved = True
+    while moved:
+        moved = False
+        for node in list(partition.nodes):
+            if movable(node) and any(u not in partition.nodes for u in node.users):
+                partition.remove_node(node)
+                moved = True
+
+
 def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                        config: CompilerConfig, report: Report | None = None,
                        dynamic: DynamicSetup | None = None) -> fx.GraphModule:
@@ -339,8 +356,14 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
     min_block_size = config.get("operator_selection.min_block_size")
     partitioner = CapabilityBasedPartitioner(gm, _KilnSupport(verdicts),
                                              allows_single_node_partition=True)
-    partitions = [p for p in partitioner.propose_partitions()
-                  if sum(n.target is not operator.getitem for n in p.nodes) >= min_block_size]
+    partitions = partitioner.propose_partitions()
+    for p in partitions:
+        _leave_escaping_sizes_to_pytorch(p)
+    # Size computations and getitems don't count: a partition of nothing else (a size feeding
+    # an op that stays in PyTorch) has no tensor work for Kiln and stays in PyTorch.
+    partitions = [p for p in partitions
+                  if sum(n.target is not operator.getitem and not is_symbolic_scalar(n)
+                         for n in p.nodes) >= max(min_block_size, 1)]
     # Kiln graphs are named <FX graph>_fused_<i> (the partitioner's i-th module), so the dumps of
     # several compiled FX graphs don't overwrite each other.
     graph_name = f"graph{next(_graph_ids)}"

@@ -179,6 +179,10 @@ std::string onednn_unsupported(const KernelSpec& spec) {
   const ConvTranspose2dGeometry g = geometry_of(spec);
   // oneDNN's primitive creation can't take empty tensors; the reference loops write them.
   if (g.n == 0 || g.c == 0 || g.o == 0) return "zero-size tensor";
+  // output_padding becomes negative end padding (conv_transpose_onednn.cc); oneDNN refuses to
+  // create the primitive once it reaches the stride (PyTorch allows it below the dilation).
+  if (g.output_padding_h - g.pad_h >= g.stride_h || g.output_padding_w - g.pad_w >= g.stride_w)
+    return "output_padding exceeds the padding by the stride or more";
   return "";
 }
 

@@ -38,6 +38,7 @@ ALIASES = {
     "nn.functional.conv1d": "convolution",
     "nn.functional.conv2d": "convolution",
     "nn.functional.conv_transpose2d": "convolution",
+    "nn.functional.conv_transpose1d": "convolution",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
@@ -65,9 +66,10 @@ SUBSET = (
     "add", "sub", "mul", "div", "pow", "maximum", "where", "clamp", "abs", "neg", "exp", "log",
     "sqrt", "rsqrt", "sigmoid", "tanh", "nn.functional.relu", "nn.functional.gelu",
     "nn.functional.silu", "nn.functional.hardtanh", "sum", "mean", "amax", "softmax",
-    "log_softmax", "mm", "bmm", "addmm", "nn.functional.linear", "nn.functional.conv2d",
-    "nn.functional.layer_norm", "nn.functional.max_pool2d", "permute", "transpose", "reshape",
-    "cat", "stack", "split", "squeeze", "index_select", "gather", "flip", "roll",
+    "log_softmax", "mm", "bmm", "addmm", "mv", "nn.functional.linear", "nn.functional.conv2d",
+    "nn.functional.conv1d", "nn.functional.conv_transpose2d", "nn.functional.layer_norm",
+    "nn.functional.max_pool2d", "permute", "transpose", "reshape", "cat", "stack", "split",
+    "squeeze", "index_select", "gather", "flip", "roll",
 )
 SUBSET_SAMPLES = 4
 

@@ -9,13 +9,12 @@ std::vector<Value*> same_value(ConvertContext& ctx) { return {ctx.tensor("self")
 
 std::string dtype_attr(ConvertContext& ctx) { return std::string(dtype_name(ctx.output_dtype())); }
 
-// Kiln tensors are dense and row-major: other layouts and memory formats stay in PyTorch.
+// Sparse and other non-strided layouts stay in PyTorch. A memory format only orders a dense
+// tensor's elements in memory, never their values, and Kiln's tensors are dense row-major: a
+// to(memory_format=torch.channels_last) is the same values, given back contiguous.
 void require_dense(ConvertContext& ctx) {
   std::string layout = ctx.enum_name("layout");
   if (!layout.empty() && layout != "torch.strided") ctx.unsupported("layout " + layout);
-  std::string format = ctx.has("memory_format") ? ctx.enum_name("memory_format") : "";
-  if (!format.empty() && format != "torch.preserve_format" && format != "torch.contiguous_format")
-    ctx.unsupported("memory_format " + format);
 }
 
 }  // namespace
@@ -93,6 +92,9 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   r.add("aten.arange.default", [arange](ConvertContext& ctx) { return arange(ctx, {}); });
   r.add("aten.arange.start_step", [arange](ConvertContext& ctx) {
     return arange(ctx, {{"start", ctx.number("start")}, {"step", ctx.number("step")}});
+  });
+  r.add("aten.arange.start", [arange](ConvertContext& ctx) {
+    return arange(ctx, {{"start", ctx.number("start")}});
   });
   // x.new_ones(size) and friends: a filled tensor of the node's dtype; x only lends defaults.
   for (auto [target, fill] : {std::pair<const char*, double>{"aten.new_ones.default", 1.0},

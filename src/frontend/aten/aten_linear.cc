@@ -9,19 +9,22 @@ std::vector<Value*> matmul(ConvertContext& ctx) {
   return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("mat2")})};
 }
 
-void require_unit(ConvertContext& ctx, const char* arg) {
-  if (ctx.has(arg) && ctx.number(arg) != 1.0)
-    ctx.unsupported(std::string(arg) + " = " + std::to_string(ctx.number(arg)) +
-                    " (only 1 is supported)");
-}
-
-// addmm / baddbmm: beta * input + alpha * (a @ b), with beta = alpha = 1.
+// addmm / baddbmm: beta * self + alpha * (a @ b). Like PyTorch, beta = 0 ignores self (its NaN
+// and inf included).
 Converter bias_matmul(const char* a, const char* b) {
   return [a, b](ConvertContext& ctx) -> std::vector<Value*> {
-    require_unit(ctx, "beta");
-    require_unit(ctx, "alpha");
+    const double alpha = ctx.has("alpha") ? ctx.number("alpha") : 1.0;
+    const double beta = ctx.has("beta") ? ctx.number("beta") : 1.0;
+    // PyTorch's GEMM skips the product when alpha = 0, so a NaN or inf in a or b doesn't reach
+    // the result; alpha * (a @ b) would let it through.
+    if (alpha == 0.0) ctx.unsupported("alpha = 0 (PyTorch skips the product; use beta * input)");
     Value* product = ctx.add("matmul", {ctx.tensor(a), ctx.tensor(b)});
-    return {ctx.add("add", {product, ctx.tensor("self")})};
+    const DType dtype = product->type().dtype;
+    if (alpha != 1.0) product = ctx.add("mul", {product, ctx.scalar(alpha, dtype)});
+    if (beta == 0.0) return {product};
+    Value* self = ctx.tensor("self");
+    if (beta != 1.0) self = ctx.add("mul", {self, ctx.scalar(beta, dtype)});
+    return {ctx.add("add", {product, self})};
   };
 }
 
@@ -30,6 +33,13 @@ Converter bias_matmul(const char* a, const char* b) {
 void register_aten_linear_converters(ConverterRegistry& r) {
   r.add("aten.mm.default", matmul);
   r.add("aten.bmm.default", matmul);
+  // Kiln's matmul takes rank-1 operands as torch.matmul does: [M, K]·[K] and [K]·[K] (a 0-d result).
+  r.add("aten.mv.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("vec")})};
+  });
+  r.add("aten.dot.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("tensor")})};
+  });
   r.add("aten.addmm.default", bias_matmul("mat1", "mat2"));
   r.add("aten.baddbmm.default", bias_matmul("batch1", "batch2"));
   r.add("aten.linear.default", [](ConvertContext& ctx) -> std::vector<Value*> {

@@ -5,14 +5,16 @@ namespace kiln {
 
 namespace {
 
-// sum/mean over `dim` (None or [] = every dim); a dtype argument is a cast of the result.
+// sum/mean over `dim` (None or [] = every dim; the .default overloads, which have neither dim
+// nor keepdim, reduce every dim); a dtype argument is a cast of the input, as in PyTorch.
 Converter reduce_dims(const std::string& op, const char* dims_arg) {
   return [op, dims_arg](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    if (ctx.dtype("dtype") && *ctx.dtype("dtype") != x->type().dtype)
+    if (ctx.has("dtype") && *ctx.dtype("dtype") != x->type().dtype)
       x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(*ctx.dtype("dtype")))}});
     std::vector<int64_t> dims = ctx.has(dims_arg) ? ctx.integers(dims_arg) : std::vector<int64_t>{};
-    return {ctx.add(op, {x}, {{"dim", dims}, {"keepdim", ctx.boolean("keepdim")}})};
+    const bool keepdim = ctx.has("keepdim") && ctx.boolean("keepdim");
+    return {ctx.add(op, {x}, {{"dim", dims}, {"keepdim", keepdim}})};
   };
 }
 
@@ -35,9 +37,8 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
   r.add("aten.amax.default", reduce_dims("amax", "dim"));
   r.add("aten.amin.default", reduce_dims("amin", "dim"));
   r.add("aten.logsumexp.default", reduce_dims("logsumexp", "dim"));
-  r.add("aten.sum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    return {ctx.add("sum", {ctx.tensor("self")})};
-  });
+  r.add("aten.sum.default", reduce_dims("sum", "dim"));
+  r.add("aten.mean.default", reduce_dims("mean", "dim"));
   r.add("aten.var.correction", spread("var"));
   r.add("aten.std.correction", spread("std"));
   for (const char* op : {"argmax", "argmin"})

@@ -62,7 +62,13 @@ void register_aten_shape_converters(ConverterRegistry& r) {
     return {ctx.add("permute", {ctx.tensor("self")}, {{"dims", ctx.integers("dims")}})};
   });
   r.add("aten.transpose.int", [](ConvertContext& ctx) -> std::vector<Value*> {
-    return {swap_dims(ctx, ctx.tensor("self"), ctx.integer("dim0"), ctx.integer("dim1"))};
+    Value* x = ctx.tensor("self");
+    // PyTorch wraps a 0-d tensor's dims as a 1-d one's (0 and -1), and transposing it is itself.
+    if (x->type().rank() == 0) {
+      for (int64_t d : {ctx.integer("dim0"), ctx.integer("dim1")}) normalized_dim(ctx, d, 1);
+      return {x};
+    }
+    return {swap_dims(ctx, x, ctx.integer("dim0"), ctx.integer("dim1"))};
   });
   r.add("aten.t.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");

@@ -1,0 +1,86 @@
+"""aten.convolution's converter (src/frontend/aten/aten_conv.cc) against PyTorch eager: conv1d,
+conv2d, conv_transpose2d and conv_transpose1d with their argument forms (stride, padding,
+output_padding, dilation, groups, bias or none). fallback_to_cpu=False makes every node convert;
+a 3-d convolution stays in PyTorch with its reason in kiln.explain."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+OPTIONS = {"operator_selection.fallback_to_cpu": False}
+
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+G = torch.Generator().manual_seed(5)
+
+
+def compiled_matches_eager(fn, *args):
+    expected = fn(*args)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(*args)
+    torch.testing.assert_close(got, expected)  # dtype and shape included
+
+
+CONV1D = {  # kwargs of F.conv1d on x[2, 4, 11] and w[6, 4 / groups, 3]
+    "plain": {},
+    "stride_padding": {"stride": 2, "padding": 1},
+    "dilation_groups": {"dilation": 2, "groups": 2, "padding": 2},
+    "depthwise": {"groups": 4},
+    "same": {"padding": "same", "dilation": 2},
+}
+
+
+@pytest.mark.parametrize("case", CONV1D)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv1d(case, bias):
+    kwargs = CONV1D[case]
+    groups = kwargs.get("groups", 1)
+    out = 8 if groups == 4 else 6
+    x, w = torch.randn(2, 4, 11, generator=G), torch.randn(out, 4 // groups, 3, generator=G)
+    b = torch.randn(out, generator=G) if bias else None
+    compiled_matches_eager(lambda x, w, b: F.conv1d(x, w, b, **kwargs), x, w, b)
+
+
+def test_conv1d_unbatched():
+    x, w = torch.randn(3, 9, generator=G), torch.randn(5, 3, 2, generator=G)
+    compiled_matches_eager(lambda x, w: F.conv1d(x, w, stride=2), x, w)
+
+
+CONV_TRANSPOSE2D = {  # kwargs of F.conv_transpose2d on x[2, 4, 5, 6] and w[4, 6 / groups, 3, 2]
+    "plain": {},
+    "stride_padding": {"stride": 2, "padding": 1},
+    "output_padding": {"stride": (2, 3), "output_padding": (1, 2)},
+    "dilation_groups": {"dilation": (2, 1), "groups": 2, "padding": (1, 0)},
+    "output_padding_below_dilation": {"dilation": 3, "output_padding": 1},
+}
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSE2D)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d(case, bias):
+    kwargs = CONV_TRANSPOSE2D[case]
+    groups = kwargs.get("groups", 1)
+    x, w = torch.randn(2, 4, 5, 6, generator=G), torch.randn(4, 6 // groups, 3, 2, generator=G)
+    b = torch.randn(6, generator=G) if bias else None
+    compiled_matches_eager(lambda x, w, b: F.conv_transpose2d(x, w, b, **kwargs), x, w, b)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"stride": 3, "padding": 1, "output_padding": 2},
+                                    {"dilation": 2, "groups": 2}])
+def test_conv_transpose1d(kwargs):
+    groups = kwargs.get("groups", 1)
+    x, w = torch.randn(2, 4, 7, generator=G), torch.randn(4, 6 // groups, 3, generator=G)
+    b = torch.randn(6, generator=G)
+    compiled_matches_eager(lambda x, w, b: F.conv_transpose1d(x, w, b, **kwargs), x, w, b)
+
+
+def test_conv3d_stays_in_pytorch():
+    x, w = torch.randn(1, 2, 4, 4, 4, generator=G), torch.randn(3, 2, 2, 2, 2, generator=G)
+    fn = lambda x, w: F.conv3d(x, w).relu()  # noqa: E731
+    report = kiln.explain(fn, x, w)
+    count, reason = report.fallback["aten.convolution.default"]
+    assert count == 1 and "3-d convolution" in reason, str(report)
+    torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, w), fn(x, w))

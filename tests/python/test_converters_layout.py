@@ -1,0 +1,89 @@
+"""Layout and creation converters (src/frontend/aten/aten_layout.cc) against PyTorch eager:
+to(memory_format=...) as a copy of the same values (Kiln's tensors are dense row-major) and
+arange with a start and a step. fallback_to_cpu=False makes every node convert; the refused forms
+stay in PyTorch with their reason in kiln.explain."""
+
+import functools
+
+import pytest
+import torch
+
+import kiln
+from kiln.backend import Report, kiln_backend
+
+OPTIONS = {"operator_selection.fallback_to_cpu": False}
+
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+X = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.to(memory_format=torch.channels_last) * 2,
+    lambda x: x.to(memory_format=torch.channels_last),
+    lambda x: x.to(torch.float64, memory_format=torch.channels_last) + 1,
+    lambda x: x.contiguous(memory_format=torch.channels_last).sum(1),
+], ids=["then_mul", "alone", "with_dtype", "contiguous_then_sum"])
+def test_memory_format_is_a_copy_of_the_values(fn):
+    expected = fn(X)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(X)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("start, end, step, dtype", [
+    (3, 11, None, None), (-2, 5, None, torch.float32), (1.5, 4, None, None),
+    (10, -3, -3, None), (0.25, 2, 0.5, torch.float64), (2, 7, 2, torch.int32),
+])
+def test_arange_with_start_and_step(start, end, step, dtype):
+    def fn(x):
+        ramp = (torch.arange(start, end, dtype=dtype) if step is None
+                else torch.arange(start, end, step, dtype=dtype))
+        return ramp, x + 1
+    expected = fn(X)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(X)
+    assert got[0].dtype == expected[0].dtype
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_cast_to_a_dtype_kiln_lacks_stays_in_pytorch():
+    fn = lambda x: x.to(torch.complex64, memory_format=torch.channels_last) * 2  # noqa: E731
+    report = kiln.explain(fn, X)
+    count, reason = report.fallback["aten._to_copy.default"]
+    assert count == 1 and "complex64" in reason, str(report)
+    assert torch.equal(torch.compile(fn, backend="kiln")(X), fn(X))
+
+
+def test_arange_with_a_symbolic_start_stays_in_pytorch():
+    # kiln.explain compiles with static shapes; a symbolic start needs dynamic=True, so the report
+    # explain prints is taken from the backend directly.
+    fn = lambda x: (x * 2, torch.arange(x.shape[0], 20))  # noqa: E731
+    x = torch.randn(6)
+    report = Report()
+    backend = functools.partial(kiln_backend, options={"dynamic_shape.enable": True},
+                                _report=report)
+    got, expected = torch.compile(fn, backend=backend, dynamic=True)(x), fn(x)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    count, reason = report.fallback["aten.arange.start"]
+    assert count == 1 and "'start'" in reason, str(report)
+
+
+def test_transpose_of_a_0d_tensor_is_itself():
+    # src/frontend/aten/aten_shape.cc: PyTorch takes dims 0 and -1 on a 0-d tensor.
+    x = torch.tensor(3.5)
+    fn = lambda x: x.transpose(0, -1) * 2  # noqa: E731
+    assert torch.equal(torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x), fn(x))
+
+
+def test_a_size_computation_alone_is_no_partition():
+    # 2 * s0 feeds only an arange that stays in PyTorch: nothing for Kiln, so no Kiln graph.
+    fn = lambda x: (x * 2, torch.arange(x.shape[0] * 2, 40))  # noqa: E731
+    x = torch.randn(6)
+    report = Report()
+    backend = functools.partial(kiln_backend, options={"dynamic_shape.enable": True},
+                                _report=report)
+    got, expected = torch.compile(fn, backend=backend, dynamic=True)(x), fn(x)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    assert len(report.partitions) == 1, str(report)

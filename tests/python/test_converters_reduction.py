@@ -1,0 +1,44 @@
+"""Reduction converters (src/frontend/aten/aten_reduction.cc) against PyTorch eager: sum and mean
+over every dim (the .default overloads), with and without a dtype. fallback_to_cpu=False makes
+every node convert; a dtype Kiln lacks stays in PyTorch with its reason in kiln.explain."""
+
+import pytest
+import torch
+
+import kiln
+
+OPTIONS = {"operator_selection.fallback_to_cpu": False}
+
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+G = torch.Generator().manual_seed(4)
+INPUTS = {"f32": torch.randn(3, 5, 7, generator=G), "scalar": torch.tensor(2.5),
+          "i32": torch.randint(-50, 50, (4, 9), generator=G, dtype=torch.int32)}
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: x.mean(), "f32"),
+    (lambda x: x.mean(), "scalar"),
+    (lambda x: x.mean(dtype=torch.float64), "f32"),
+    (lambda x: x.mean(dtype=torch.float32), "i32"),
+    (lambda x: x.sum(), "i32"),
+    (lambda x: x.sum(dtype=torch.float64), "f32"),
+    (lambda x: x.sum(dtype=torch.int64), "i32"),
+], ids=["mean", "mean_0d", "mean_f64", "mean_of_ints_as_f32", "sum_of_ints", "sum_f64",
+        "sum_i64"])
+def test_reduction_over_every_dim(fn, x):
+    x = INPUTS[x]
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected)  # dtype and shape included
+
+
+def test_mean_in_a_dtype_kiln_lacks_stays_in_pytorch():
+    fn = lambda x: x.mean(dtype=torch.complex64) * 2  # noqa: E731
+    report = kiln.explain(fn, INPUTS["f32"])
+    count, reason = report.fallback["aten.mean.default"]
+    assert count == 1 and "complex64" in reason, str(report)
+    torch.testing.assert_close(torch.compile(fn, backend="kiln")(INPUTS["f32"]),
+                               fn(INPUTS["f32"]))
