@@ -217,6 +217,14 @@ TEST(OpsMatmul, SelectionFollowsTheMeasuredRule) {
     }
     EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(spec), "");
   }
+  // A batch of one-row products goes to OpenBLAS where oneDNN has AVX-512 (measured there).
+  std::string why;
+  const cpu::MatmulGeometry decode = cpu::make_matmul_geometry({12, 1, 64}, {12, 64, 128}, false);
+  if (cpu::preferred_gemm_library(cpu::make_matmul_geometry({128, 64}, {64, 32}, false)) ==
+      cpu::GemmLibrary::OneDNN) {  // an AVX-512 CPU
+    EXPECT_EQ(cpu::preferred_gemm_library(decode, &why), cpu::GemmLibrary::OpenBLAS);
+    EXPECT_NE(why.find("M=1"), std::string::npos) << why;
+  }
   // A batch folds into M when B is shared: [8, 4, 64] x [64, 32] is one 32x32x64 GEMM.
   EXPECT_EQ(cpu::make_matmul_geometry({8, 4, 64}, {64, 32}, false).m, 32);
 
