@@ -94,3 +94,15 @@ def test_runs_that_cannot_report_are_refused_before_measuring(arguments, capsys)
     with pytest.raises(SystemExit):
         main(arguments)
     assert "error" in capsys.readouterr().err
+
+
+def test_stage_times_add_up_to_the_compile(capsys):
+    from kiln.bench import stages
+    row = stages.measure("bert-base", "small", 1, repeat=1)
+    assert row["partitions"] >= 1
+    parts = ["import", *stages.STAGES, "plan"]
+    assert all(row[p] >= 0 for p in parts) and row["prepare"] > 0 and row["plan"] > 0
+    assert sum(row[p] for p in parts) == pytest.approx(row["total"], rel=1e-6)
+    stages.main(["--size", "small", "--models", "bert-base", "--repeat", "1"])
+    table = capsys.readouterr().out
+    assert "| bert-base | " in table and "| prepare s |" in table

@@ -47,6 +47,12 @@ def _inductor_freezing(model, example, threads, scratch) -> Run:
     return torch.compile(model, backend="inductor")
 
 
+def _aot_eager(model, example, threads, scratch) -> Run:
+    # Dynamo's and AOTAutograd's capture with no compiler after them: the part of every
+    # torch.compile backend's compile time (Kiln's and Inductor's alike) that no backend controls.
+    return torch.compile(model, backend="aot_eager")
+
+
 def _openvino(model, example, threads, scratch) -> Run:
     ov = _require("openvino", "openvino")
     # OpenVINO runs in bf16 by default on CPUs that have it; the comparison is fp32.
@@ -115,6 +121,7 @@ BACKENDS: dict[str, Backend] = {
     "eager": Backend(_eager),
     "inductor": Backend(_inductor),
     "inductor-freezing": Backend(_inductor_freezing),
+    "aot-eager": Backend(_aot_eager),
     "openvino": Backend(_openvino, ("openvino",)),
     "onnxruntime": Backend(_onnxruntime, ("onnxruntime", "onnx", "onnxscript")),
     "kiln": Backend(_kiln("O3")),
