@@ -103,6 +103,8 @@ def test_stage_times_add_up_to_the_compile(capsys):
     parts = ["import", *stages.STAGES, "plan"]
     assert all(row[p] >= 0 for p in parts) and row["prepare"] > 0 and row["plan"] > 0
     assert sum(row[p] for p in parts) == pytest.approx(row["total"], rel=1e-6)
+    assert set(row["nodes"]) == {"input", *stages.STAGES}
+    assert 0 < row["nodes"]["fuse"] < row["nodes"]["input"]  # fusion merges nodes
     stages.main(["--size", "small", "--models", "bert-base", "--repeat", "1"])
     table = capsys.readouterr().out
-    assert "| bert-base | " in table and "| prepare s |" in table
+    assert "| bert-base | " in table and "| prepare s |" in table and "| input |" in table

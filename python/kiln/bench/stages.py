@@ -7,8 +7,9 @@ Each model goes through torch.compile(backend="kiln") once (kiln.explain); then 
 partition's FX graph is compiled again, --repeat times, timing what Kiln itself does: importing
 the FX graph into Kiln's IR, each pipeline stage (the sum of its passes' times from
 CompiledGraph.pass_records) and the plan (kernel creation with weight prepacking, schedule and
-memory plan: the rest of the compile). Dynamo's and AOTAutograd's capture, which every
-torch.compile backend pays, is not in these figures. Medians over the repeats are reported.
+memory plan: the rest of the compile), and the node count after each stage. Dynamo's and
+AOTAutograd's capture, which every torch.compile backend pays, is not in these figures. Medians
+over the repeats are reported.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from kiln.bench.models import MODELS, SIZES, build
 STAGES = ("prepare", "fuse", "format", "partition", "select", "schedule")
 
 
-def time_partition(module) -> dict[str, float]:
-    """Seconds of each step of compiling one partition: import, the stages, plan, total."""
+def time_partition(module) -> dict:
+    """Seconds of each step of compiling one partition (import, the stages, plan, total) and
+    its node counts after each stage."""
     constants = {module.constant_args[p]: t.detach().contiguous() for p, t, _ in module.frozen}
     start = time.perf_counter()
     graph = _C.import_fx(module.graph_json, constants)
@@ -37,11 +39,20 @@ def time_partition(module) -> dict[str, float]:
     compiled = _C.compile(graph, **module.options)
     done = time.perf_counter()
     seconds = collections.Counter()
-    for record in compiled.pass_records():
+    records = compiled.pass_records()
+    # Nodes after each stage: its last pass's count, or the previous stage's when it ran none
+    # (None throughout at O0, which runs no pass).
+    nodes = {"input": records[0]["nodes_before"] if records else None}
+    for record in records:
         seconds[record["stage"]] += record["seconds"]
+    previous = nodes["input"]
+    for stage in STAGES:
+        counts = [r["nodes_after"] for r in records if r["stage"] == stage]
+        previous = nodes[stage] = counts[-1] if counts else previous
     row = {"import": imported - start, **{s: seconds[s] for s in STAGES}}
     row["plan"] = max(0.0, (done - imported) - sum(seconds.values()))
     row["total"] = done - start
+    row["nodes"] = nodes
     return row
 
 
@@ -49,11 +60,15 @@ def measure(model_id: str, size: str, batch: int, repeat: int) -> dict:
     model, x = build(model_id, size, batch)
     with torch.no_grad():
         report = kiln.explain(model, x)
-    runs = []
+    runs, nodes = [], {}
     for _ in range(repeat):
         rows = [time_partition(p.module) for p in report.partitions]
-        runs.append({k: sum(r[k] for r in rows) for k in rows[0]})
-    return {"model": model_id, "partitions": len(report.partitions),
+        runs.append({k: sum(r[k] for r in rows) for k in rows[0] if k != "nodes"})
+    for r in rows:  # summed over the partitions
+        for k, n in r["nodes"].items():
+            total = nodes.get(k, 0)
+            nodes[k] = None if n is None or total is None else total + n
+    return {"model": model_id, "partitions": len(report.partitions), "nodes": nodes,
             **{k: statistics.median(r[k] for r in runs) for k in runs[0]}}
 
 
@@ -64,6 +79,13 @@ def markdown(results: list[dict]) -> str:
     for r in results:
         lines.append(f"| {r['model']} | {r['partitions']} | "
                      + " | ".join(f"{r[c]:.3f}" for c in columns) + " |")
+    lines += ["", "Nodes in Kiln's graphs after each stage:", "",
+              "| model | input | " + " | ".join(STAGES) + " |",
+              "|---|---:|" + "---:|" * len(STAGES)]
+    for r in results:
+        lines.append(f"| {r['model']} | " + " | ".join(
+            "—" if r["nodes"][k] is None else str(r["nodes"][k]) for k in ("input", *STAGES))
+                     + " |")
     return "\n".join(lines) + "\n"
 
 
