@@ -56,16 +56,20 @@ def test_cast_to_a_dtype_kiln_lacks_stays_in_pytorch():
     assert torch.equal(torch.compile(fn, backend="kiln")(X), fn(X))
 
 
-def test_arange_with_a_symbolic_start_stays_in_pytorch():
-    # kiln.explain compiles with static shapes; a symbolic start needs dynamic=True, so the report
-    # explain prints is taken from the backend directly.
-    fn = lambda x: (x * 2, torch.arange(x.shape[0], 20))  # noqa: E731
-    x = torch.randn(6)
+def compiled_dynamic_matches_eager(fn, x) -> Report:
+    """fn compiled with dynamic=True equals eager on x (a pair of outputs); kiln.explain compiles
+    with static shapes, so the backend's report is taken from the backend directly."""
     report = Report()
     backend = functools.partial(kiln_backend, options={"dynamic_shape.enable": True},
                                 _report=report)
     got, expected = torch.compile(fn, backend=backend, dynamic=True)(x), fn(x)
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    return report
+
+
+def test_arange_with_a_symbolic_start_stays_in_pytorch():
+    fn = lambda x: (x * 2, torch.arange(x.shape[0], 20))  # noqa: E731
+    report = compiled_dynamic_matches_eager(fn, torch.randn(6))
     count, reason = report.fallback["aten.arange.start"]
     assert count == 1 and "'start'" in reason, str(report)
 
@@ -80,10 +84,5 @@ def test_transpose_of_a_0d_tensor_is_itself():
 def test_a_size_computation_alone_is_no_partition():
     # 2 * s0 feeds only an arange that stays in PyTorch: nothing for Kiln, so no Kiln graph.
     fn = lambda x: (x * 2, torch.arange(x.shape[0] * 2, 40))  # noqa: E731
-    x = torch.randn(6)
-    report = Report()
-    backend = functools.partial(kiln_backend, options={"dynamic_shape.enable": True},
-                                _report=report)
-    got, expected = torch.compile(fn, backend=backend, dynamic=True)(x), fn(x)
-    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    report = compiled_dynamic_matches_eager(fn, torch.randn(6))
     assert len(report.partitions) == 1, str(report)
