@@ -54,7 +54,7 @@ struct MemoryStats {
   size_t intermediate_bytes = 0;  // every intermediate tensor and scratch buffer, unshared
   size_t peak_live_bytes = 0;     // the most bytes alive at one step: no arena can be smaller
   size_t buffers = 0;             // buffers placed, after in-place merges
-  size_t in_place = 0;            // node outputs written over the memory of a dying input
+  size_t in_place = 0;            // outputs written over a dying input, or views (reshape)
   std::string placement;          // the placement strategy kept
   std::string schedule;           // the execution order kept
   // Constants reordered for the kernels (oneDNN's blocked weights), held by the compiled graph

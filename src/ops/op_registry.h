@@ -135,6 +135,11 @@ struct KernelDef {
   // The planner uses it only when that input dies at this node, lives in the arena and has
   // output 0's dtype and byte size. Empty (the default): never in place.
   std::vector<size_t> in_place_inputs = {};
+  // A view: output 0 is input 0's bytes unchanged (a reshape of row-major data). The planner
+  // then gives output 0 input 0's buffer, alive until the last reader of either, whether or
+  // not input 0 dies here, and the kernel finds its output already written. Used only when
+  // both live in the arena with the same dtype and byte size; otherwise the kernel copies.
+  bool output_aliases_input = false;
 };
 
 // ---------------------------------------------------------------- ops

@@ -78,6 +78,15 @@ size_t in_place_buffer(const LayoutInput& in, const MemoryLayout& layout, const 
                        size_t o, int now, const std::vector<int>& last,
                        const std::vector<size_t>& buffer_of) {
   if (in.slot_bytes[o] < in.reuse_threshold) return kNone;
+  if (step.output_aliases_input) {
+    // A view shares its input's buffer however long either lives: nothing writes a buffer in
+    // place before its last reader, and the buffer's life now covers the view's readers.
+    const size_t x = step.inputs[0];
+    const size_t b = buffer_of[x];
+    const bool same =
+        in.slot_bytes[x] == in.slot_bytes[o] && in.slot_dtypes[x] == in.slot_dtypes[o];
+    return b != kNone && same ? b : kNone;
+  }
   for (size_t i : step.in_place_inputs) {
     if (i >= step.inputs.size()) continue;  // a declared variadic position this node lacks
     const size_t x = step.inputs[i];
@@ -119,8 +128,9 @@ MemoryLayout lay_out(const LayoutInput& in, std::vector<size_t> order, std::stri
         layout.buffer_slots.emplace_back();
       } else {
         BufferLifetime& buffer = layout.buffers[b];
-        buffer.name += ", " + in.slot_names[o] + " (in place)";
-        buffer.last_step = dies;
+        buffer.name +=
+            ", " + in.slot_names[o] + (step.output_aliases_input ? " (view)" : " (in place)");
+        buffer.last_step = std::max(buffer.last_step, dies);
         ++layout.in_place;
       }
       buffer_of[o] = b;
@@ -193,6 +203,7 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     KernelChoice choice = select_kernel(*def, spec, options.kernel_policy);
     PlanStep step{node, choice.kernel->name, std::move(choice.instance), {}, {}, 0};
     step.in_place_inputs = choice.kernel->in_place_inputs;
+    step.output_aliases_input = choice.kernel->output_aliases_input;
     step.engine = choice.kernel->engine;
     for (const TensorType& t : spec.inputs)
       step.input_views.push_back(TensorView{nullptr, t.dtype, static_sizes(t.shape), {}});

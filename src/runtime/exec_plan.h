@@ -29,6 +29,7 @@ struct PlanStep {
   std::vector<size_t> outputs;  // slot ids
   size_t scratch_offset = 0;
   std::vector<size_t> in_place_inputs;  // the kernel's declaration (KernelDef::in_place_inputs)
+  bool output_aliases_input = false;    // the kernel's declaration (KernelDef's)
   std::string engine;                   // the kernel's (KernelDef::engine)
   // Concrete dtypes and sizes without data, for RunObserver's NodeRun.
   std::vector<TensorView> input_views, output_views;

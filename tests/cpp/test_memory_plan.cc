@@ -146,6 +146,34 @@ TEST(MemoryPlan, RowOpsRunInPlace) {
   EXPECT_EQ(stats.arena_bytes, 8 * 32 * 4u);
 }
 
+TEST(MemoryPlan, ReshapeIsAViewOfItsInput) {
+  // r and d are views of a's buffer. a lives on after r (c reads it), so b can't overwrite r;
+  // c overwrites a once a and r are dead. Two 512-byte buffers in all; e is the graph output.
+  MemoryStats stats = expect_same_as_unshared(R"(graph @views {
+    input %x : f32[8, 16]
+    %a = relu(%x)
+    %r = reshape(%a) {shape = [128]}
+    %b = neg(%r)
+    %c = exp(%a)
+    %d = reshape(%c) {shape = [128]}
+    %e = add(%b, %d)
+    output %e
+  })", no_passes());
+  EXPECT_EQ(stats.in_place, 3u);
+  EXPECT_EQ(stats.buffers, 2u);
+  EXPECT_EQ(stats.arena_bytes, 2 * 512u);
+  // A reshape of a graph input, or into a graph output, copies; only b overwrites r.
+  MemoryStats edges = expect_same_as_unshared(R"(graph @copies {
+    input %x : f32[8, 16]
+    %r = reshape(%x) {shape = [128]}
+    %b = neg(%r)
+    %o = reshape(%b) {shape = [16, 8]}
+    output %o
+  })", no_passes());
+  EXPECT_EQ(edges.in_place, 1u);
+  EXPECT_EQ(edges.buffers, 1u);
+}
+
 // Two branches of one big and one small tensor each. Graph order runs both big ones first.
 constexpr const char* kBranches = R"(graph @branches {
     input %x : f32[1024]
