@@ -20,10 +20,11 @@ namespace kiln::cpu::avx2 {
 
 namespace {
 
-// Always inlined: GCC 12 gets the return ABI of an out-of-line KILN_TARGET_AVX2 function that
-// returns a struct of __m256 wrong in a file built without -mavx2 (the caller keeps only the low
-// 128 bits: sums lost their upper 4 lanes once row_block had a second caller). So no vector
-// value crosses a call here.
+// Always inlined: in a file built without -mavx2, GCC 12 compiles an out-of-line
+// KILN_TARGET_AVX2 function returning an aggregate of one 256-bit vector (SumAcc,
+// std::array<SumAcc, 1>, ExpSumAcc::Param) to return it in ymm0 and then run vzeroupper, which
+// zeroes its upper 128 bits (sums lost their upper 4 lanes once row_block had a second caller;
+// -Wpsabi says nothing). So no vector aggregate is returned across a call here.
 #define KILN_AVX2_INLINE KILN_TARGET_AVX2 inline __attribute__((always_inline))
 
 KILN_AVX2_INLINE __m256 all_lanes() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
@@ -279,15 +280,16 @@ struct Row {
   int64_t blocks() const { return (n + kRowBlock - 1) / kRowBlock; }
   int lanes() const { return 1; }
 
+  // params and block return vectors (std::array<SumAcc, 1> is one __m256): inlined, see above.
   template <class Acc>
-  KILN_TARGET_AVX2 std::array<typename Acc::Param, 1> params(const double* lane_values) const {
+  KILN_AVX2_INLINE std::array<typename Acc::Param, 1> params(const double* lane_values) const {
     double lanes[8];
     std::fill(lanes, lanes + 8, lane_values ? lane_values[0] : 0.0);
     return {Acc::param(lanes)};
   }
   template <class Acc>
-  KILN_TARGET_AVX2 std::array<Acc, 1> block(int64_t b,
-                                            const std::array<typename Acc::Param, 1>& p) const {
+  KILN_AVX2_INLINE std::array<Acc, 1> block(int64_t b,
+                                             const std::array<typename Acc::Param, 1>& p) const {
     const int64_t begin = b * kRowBlock;
     return {row_block<Acc>(x + begin, std::min(kRowBlock, n - begin), p[0])};
   }
@@ -334,16 +336,17 @@ struct Strip {
                                    : _mm256_loadu_ps(p + 8 * j);
   }
 
+  // Inlined as Row's (with V = 1 they return one vector).
   template <class Acc>
-  KILN_TARGET_AVX2 std::array<typename Acc::Param, V> params(const double* lane_values) const {
+  KILN_AVX2_INLINE std::array<typename Acc::Param, V> params(const double* lane_values) const {
     static const double zeros[8] = {};
     std::array<typename Acc::Param, V> p;
     for (int j = 0; j < V; ++j) p[j] = Acc::param(lane_values ? lane_values + 8 * j : zeros);
     return p;
   }
   template <class Acc>
-  KILN_TARGET_AVX2 std::array<Acc, V> block(int64_t b,
-                                            const std::array<typename Acc::Param, V>& p) const {
+  KILN_AVX2_INLINE std::array<Acc, V> block(int64_t b,
+                                             const std::array<typename Acc::Param, V>& p) const {
     std::array<Acc, V> a;
     a.fill(Acc::zero());
     const __m256i mask = last_mask();
