@@ -2,11 +2,16 @@
 // (no dropout; enable_gqa is not supported).
 //
 //   scaled_dot_product_attention(q [..., L, E], k [..., S, E], v [..., S, Ev], [attn_mask];
-//                                is_causal = false, scale = 0.0) -> [..., L, Ev]
+//                                is_causal = false, scale = 0.0, q_heads_second_last = false,
+//                                k_heads_second_last = false, v_heads_second_last = false,
+//                                out_heads_second_last = false) -> [..., L, Ev]
 //     batch dims of q, k and v broadcast; attn_mask (bool: true = attend; or q's dtype: added
 //     to the scores) broadcasts to [..., L, S] without enlarging it. is_causal masks key j for
 //     query i when j > i (top-left aligned, as PyTorch), combined with attn_mask when both are
-//     given. scale = 0.0 means unset: 1/sqrt(E), PyTorch's default.
+//     given. scale = 0.0 means unset: 1/sqrt(E), PyTorch's default. *_heads_second_last: that
+//     operand (rank >= 3) is given, or the output wanted, with its last two batch dims swapped,
+//     [..., L, H, E] for [..., H, L, E]: the layout a projection has before the head permute,
+//     which fold_permute_into_attention removes. Only addressing changes (row strides).
 //
 // A query row that attends no key (every key masked) gives zeros, as PyTorch does on the CPU.
 //
@@ -29,14 +34,26 @@ namespace {
 
 using cpu::AttentionGeometry;
 using cpu::AttentionMask;
+using cpu::kHeadsSecondLastAttrs;
 
 void infer_attention(InferContext& ctx) {
   ctx.check(ctx.num_inputs() >= 3 && ctx.num_inputs() <= 4,
             "takes q, k, v and at most one attn_mask, got " + std::to_string(ctx.num_inputs()) +
                 " inputs");
-  const TensorType& q = ctx.input(0);
-  const TensorType& k = ctx.input(1);
-  const TensorType& v = ctx.input(2);
+  // q, k and v as [..., H, rows, cols]: an operand given heads second last has them swapped.
+  TensorType operands[3];
+  for (int i = 0; i < 3; ++i) {
+    operands[i] = ctx.input(static_cast<size_t>(i));
+    if (!ctx.attr_bool(kHeadsSecondLastAttrs[i])) continue;
+    Shape& shape = operands[i].shape;
+    ctx.check(shape.size() >= 3, std::string(kHeadsSecondLastAttrs[i]) +
+                                     " needs an operand of rank >= 3 ([..., S, H, E]), not " +
+                                     shape_string(shape, &ctx.symbols()));
+    std::swap(shape[shape.size() - 3], shape[shape.size() - 2]);
+  }
+  const TensorType& q = operands[0];
+  const TensorType& k = operands[1];
+  const TensorType& v = operands[2];
   ctx.check(q.dtype == DType::F32 || q.dtype == DType::F64,
             "q, k and v must be f32 or f64, not " + std::string(dtype_name(q.dtype)) +
                 "; insert a cast");
@@ -82,6 +99,12 @@ void infer_attention(InferContext& ctx) {
   Shape out = batch;
   out.push_back(l);
   out.push_back(v.shape.back());
+  if (ctx.attr_bool(kHeadsSecondLastAttrs[3])) {
+    ctx.check(out.size() >= 3, std::string(kHeadsSecondLastAttrs[3]) +
+                                   " needs an output of rank >= 3 ([..., L, H, Ev]), not " +
+                                   shape_string(out, &ctx.symbols()));
+    std::swap(out[out.size() - 3], out[out.size() - 2]);
+  }
   ctx.set_output(0, TensorType{q.dtype, out, Layout::Plain});
 }
 
@@ -108,7 +131,7 @@ void reference_row(const AttentionGeometry& g, const T* q, const T* k, const T* 
       continue;
     }
     W dot = 0;
-    for (int64_t e = 0; e < g.e; ++e) dot += W(q[e]) * W(k[j * g.e + e]);
+    for (int64_t e = 0; e < g.e; ++e) dot += W(q[e]) * W(k[j * g.k_row_stride + e]);
     W x = dot * W(g.scale);
     if (g.mask == AttentionMask::Additive) x += W(static_cast<const T*>(mask_row)[m]);
     weights[j] = W(T(x));
@@ -121,7 +144,7 @@ void reference_row(const AttentionGeometry& g, const T* q, const T* k, const T* 
       if (weights[j] == kNegInf) continue;
       const W p = std::exp(weights[j] - max);
       sum += p;
-      for (int64_t c = 0; c < g.ev; ++c) acc[c] += p * W(v[j * g.ev + c]);
+      for (int64_t c = 0; c < g.ev; ++c) acc[c] += p * W(v[j * g.v_row_stride + c]);
     }
   }
   for (int64_t c = 0; c < g.ev; ++c) out[c] = sum == 0 ? T(0) : T(acc[c] / sum);
@@ -146,8 +169,9 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
                 mask ? mask + static_cast<size_t>(g.mask_offsets[b] + i * g.mask_row_stride) *
                                   mask_element
                      : nullptr;
-            reference_row(g, q + g.q_offsets[b] + i * g.e, k + g.k_offsets[b],
-                          v + g.v_offsets[b], mask_row, i, weights, acc, y + row * g.ev);
+            reference_row(g, q + g.q_offsets[b] + i * g.q_row_stride, k + g.k_offsets[b],
+                          v + g.v_offsets[b], mask_row, i, weights, acc,
+                          y + g.out_offsets[b] + i * g.out_row_stride);
           }
         });
   });
@@ -166,6 +190,7 @@ void register_attention_ops(OpRegistry& registry) {
   def.name = "scaled_dot_product_attention";
   def.inputs = {{"q"}, {"k"}, {"v"}, {"attn_mask", true}};
   def.attrs = {{"is_causal", false}, {"scale", 0.0}};
+  for (const char* name : kHeadsSecondLastAttrs) def.attrs.push_back({name, false});
   def.infer = infer_attention;
 #ifdef KILN_X86
   def.kernels.push_back({"flash", "native", flash_unsupported, cpu::create_flash_attention});

@@ -5,7 +5,6 @@
 // transposed copy of every weight (BERT-base: 340 MB and most of its compile time) that the
 // kernels then prepack again. Runs first in stage prepare, before constant folding sees %t.
 // The permute stays while something else reads it.
-#include <numeric>
 #include <string>
 
 #include "passes/pass_list.h"
@@ -16,19 +15,6 @@ namespace kiln {
 namespace {
 
 using namespace pat;
-
-// True for permute dims that swap the last two dims and keep the others in place.
-bool swaps_last_two(const Value& v) {
-  const std::vector<int64_t>& dims = v.producer()->attr_ints("dims");
-  const auto rank = static_cast<int64_t>(dims.size());
-  if (rank < 2) return false;
-  std::vector<int64_t> expected(dims.size());
-  std::iota(expected.begin(), expected.end(), 0);
-  std::swap(expected[rank - 1], expected[rank - 2]);
-  for (int64_t i = 0; i < rank; ++i)
-    if ((dims[i] < 0 ? dims[i] + rank : dims[i]) != expected[i]) return false;
-  return true;
-}
 
 std::vector<Value*> rewrite(Graph& g, const Match& m) {
   std::vector<Value*> inputs = m.root->inputs();
@@ -43,8 +29,7 @@ std::vector<Value*> rewrite(Graph& g, const Match& m) {
 std::unique_ptr<Pass> make_fold_transpose_into_matmul() {
   // matmul takes 2 to 4 inputs (a, b, bias, residual); b is the permute in each.
   std::vector<RewriteRule> rules;
-  std::vector<Pattern> inputs{
-      any(), op("permute", {any("b")}).where(swaps_last_two, "swaps the last two dims")};
+  std::vector<Pattern> inputs{any(), swap_permute(any("b"), 0)};
   for (int n = 2; n <= 4; ++n) {
     rules.push_back({"transpose_matmul" + std::to_string(n), op("matmul", inputs), rewrite});
     inputs.push_back(any());

@@ -189,6 +189,24 @@ Pattern Pattern::attr(const std::string& key, Attr value) const {
 
 namespace pat {
 
+Pattern swap_permute(Pattern input, int before_last) {
+  auto swaps = [before_last](const Value& v) {
+    const std::vector<int64_t>& dims = v.producer()->attr_ints("dims");
+    const auto rank = static_cast<int64_t>(dims.size());
+    const int64_t first = rank - 2 - before_last;
+    if (first < 0) return false;
+    for (int64_t i = 0; i < rank; ++i) {
+      const int64_t expected = i == first ? first + 1 : i == first + 1 ? first : i;
+      if ((dims[i] < 0 ? dims[i] + rank : dims[i]) != expected) return false;
+    }
+    return true;
+  };
+  return op("permute", {std::move(input)})
+      .where(swaps, before_last == 0 ? "swaps the last two dims"
+                                     : "swaps dims n-" + std::to_string(before_last + 2) +
+                                           " and n-" + std::to_string(before_last + 1));
+}
+
 Pattern any(std::string capture) {
   Data d;
   d.capture = std::move(capture);

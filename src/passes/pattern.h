@@ -75,6 +75,9 @@ Pattern splat(double value, std::string capture = "");
 Pattern op(std::string name, std::vector<Pattern> inputs);
 Pattern any_op(std::vector<std::string> names, std::vector<Pattern> inputs);
 Pattern op(std::string name);  // inputs unconstrained
+// A permute of `input` that swaps the two dims `before_last` places before the last dim and the
+// one after it (0: the last two dims, 1: dims n-3 and n-2), keeping the others in place.
+Pattern swap_permute(Pattern input, int before_last);
 }  // namespace pat
 
 struct Match {

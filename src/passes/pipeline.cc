@@ -23,6 +23,7 @@ PassPipeline default_pipeline() {
   p.add(make_fuse_decomposed_rms_norm());
   p.add(make_fuse_decomposed_softmax());
   p.add(make_fuse_decomposed_attention());
+  p.add(make_fold_permute_into_attention());
   p.add(make_fold_linear_batch_norm());
   p.add(make_fuse_matmul_epilogue());
   p.add(make_fold_pad_into_conv());

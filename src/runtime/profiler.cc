@@ -112,8 +112,12 @@ double node_flops(const Node& node, std::span<const TensorView> inputs,
     const auto& k = inputs[1].sizes;
     const auto& v = inputs[2].sizes;
     if (q.size() < 2 || k.size() < 2 || v.size() < 2) return 0;
-    const double l = static_cast<double>(q[q.size() - 2]), e = static_cast<double>(q.back());
-    const double s = static_cast<double>(k[k.size() - 2]), ev = static_cast<double>(v.back());
+    // L and S are third last when q or k is given heads second last ([..., L, H, E]).
+    const size_t l_at = node.attr_bool("q_heads_second_last") ? 3 : 2;
+    const size_t s_at = node.attr_bool("k_heads_second_last") ? 3 : 2;
+    if (q.size() < l_at || k.size() < s_at) return 0;
+    const double l = static_cast<double>(q[q.size() - l_at]), e = static_cast<double>(q.back());
+    const double s = static_cast<double>(k[k.size() - s_at]), ev = static_cast<double>(v.back());
     if (l * ev == 0) return 0;
     const double batch = out / (l * ev);
     return 2 * batch * l * s * (e + ev);

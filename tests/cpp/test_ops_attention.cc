@@ -545,6 +545,127 @@ TEST(OpsAttention, FlashScratchStaysFarBelowTheScoreMatrix) {
   }
 }
 
+// ---------------------------------------------------------------- heads second last
+
+constexpr const char* kHeadsSecondLast[4] = {"q_heads_second_last", "k_heads_second_last",
+                                             "v_heads_second_last", "out_heads_second_last"};
+
+// t with dims n-3 and n-2 swapped ([..., H, S, E] <-> [..., S, H, E]), copied dense.
+Tensor swap_heads(const Tensor& t) {
+  std::vector<int64_t> sizes = t.sizes();
+  const size_t n = sizes.size();
+  int64_t outer = 1;
+  for (size_t d = 0; d + 3 < n; ++d) outer *= sizes[d];
+  const int64_t a = sizes[n - 3], b = sizes[n - 2];
+  const size_t row = static_cast<size_t>(sizes[n - 1]) * dtype_size(t.dtype());
+  std::swap(sizes[n - 3], sizes[n - 2]);
+  Tensor out = Tensor::empty(t.dtype(), sizes);
+  const auto* from = static_cast<const char*>(t.data());
+  auto* to = static_cast<char*>(out.data());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < b; ++j)
+        std::memcpy(to + ((o * b + j) * a + i) * row, from + ((o * a + i) * b + j) * row, row);
+  return out;
+}
+
+// Runs p with the operands whose bit is set in `flags` (q, k, v, out: bits 0-3) given heads
+// second last, through the flash and the reference kernels: each must give bit for bit what it
+// gives on the dense [..., H, S, E] operands (only addressing changes), and flash must stay
+// within the reference's error bound.
+void expect_heads_second_last_matches(const Problem& p, int flags, std::mt19937& rng) {
+  SCOPED_TRACE(p.name() + " flags " + std::to_string(flags));
+  const std::vector<Tensor> dense = random_inputs(p, rng);
+  std::vector<Tensor> in = dense;
+  std::vector<TensorType> types = p.types();
+  AttrMap attrs = p.attrs();
+  for (int i = 0; i < 4; ++i) {
+    if (!((flags >> i) & 1)) continue;
+    attrs[kHeadsSecondLast[i]] = true;
+    if (i == 3) continue;
+    in[i] = swap_heads(dense[i]);
+    types[i] = type_of(DType::F32, in[i].sizes());
+  }
+  OneNode dense_node(kOp, p.types(), p.attrs()), node(kOp, types, attrs);
+  auto dense_result = [&](const Tensor& out) {
+    return (flags >> 3) & 1 ? swap_heads(out) : out;
+  };
+  const Tensor reference = test::run_kernel(*dense_node.node, "reference", dense)[0];
+  const Tensor got_reference = dense_result(test::run_kernel(*node.node, "reference", in)[0]);
+  EXPECT_TRUE(test::same_values(got_reference, reference)) << "reference kernel";
+  if (!flash_available()) return;
+  const Tensor flash = test::run_kernel(*dense_node.node, "flash", dense)[0];
+  const Tensor got = dense_result(test::run_kernel(*node.node, "flash", in)[0]);
+  EXPECT_TRUE(test::same_values(got, flash)) << "flash kernel";
+  const std::vector<double> bound = error_bound(p, dense);
+  ASSERT_EQ(static_cast<size_t>(got.numel()), bound.size());
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_LE(std::fabs(double(got.data<float>()[i]) - reference.data<float>()[i]), bound[i])
+        << "element " << i;
+}
+
+TEST(OpsAttention, InfersShapesWithHeadsSecondLast) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 8);
+  Dim l = g.add_symbol("L", 1, 4096);
+  Dim s = g.add_symbol("S", 1, 4096);
+  Value* q = g.add_input("q", TensorType{DType::F32, {batch, l, Dim(12), Dim(64)}});
+  Value* k = g.add_input("k", TensorType{DType::F32, {batch, s, Dim(12), Dim(64)}});
+  Value* v = g.add_input("v", TensorType{DType::F32, {batch, Dim(12), s, Dim(32)}});
+  AttrMap attrs = {{kHeadsSecondLast[0], true}, {kHeadsSecondLast[1], true}};
+  Value* y = g.add(kOp, {q, k, v}, attrs);
+  EXPECT_EQ(y->type(), (TensorType{DType::F32, {batch, Dim(12), l, Dim(32)}}));
+  attrs[kHeadsSecondLast[3]] = true;
+  Value* z = g.add(kOp, {q, k, v}, attrs);
+  EXPECT_EQ(z->type(), (TensorType{DType::F32, {batch, l, Dim(12), Dim(32)}}));
+  // Rank 3: [L, H, E] is a batch of H matrices; k and v of one head serve them all.
+  Value* q3 = g.add_input("q3", type_of(DType::F32, {5, 3, 4}));
+  Value* kv = g.add_input("kv", type_of(DType::F32, {1, 7, 4}));
+  EXPECT_EQ(g.add(kOp, {q3, kv, kv}, {{kHeadsSecondLast[0], true}, {kHeadsSecondLast[3], true}})
+                ->type(),
+            type_of(DType::F32, {5, 3, 4}));
+  g.set_outputs({y, z});
+  EXPECT_NO_THROW(verify(g));
+
+  Value* q2 = g.add_input("q2", type_of(DType::F32, {5, 4}));
+  Value* kv2 = g.add_input("kv2", type_of(DType::F32, {7, 4}));
+  for (int i : {0, 1, 2, 3}) {
+    std::string message;
+    auto add = [&] { g.add(kOp, {q2, kv2, kv2}, {{kHeadsSecondLast[i], true}}); };
+    EXPECT_EQ(test::error_code_of(add, &message), ErrorCode::ShapeInference);
+    EXPECT_NE(message.find(std::string(kHeadsSecondLast[i]) + " needs an"), std::string::npos)
+        << message;
+  }
+}
+
+// L in {1, 17, 130}, S in {1, 3, 17, 130}, E 64 or 13 (Ev 64, 13 or 20), every combination of
+// the four flags, causal or not, no mask or a bool or additive one (broadcast or full), k and v
+// shared by the heads every third problem, and rank-3 operands.
+TEST(OpsAttention, HeadsSecondLastMatchesDenseOperands) {
+  std::mt19937 rng(41);
+  int index = 0;
+  for (int64_t l : {1, 17, 130})
+    for (int64_t s : {1, 3, 17, 130})
+      for (int64_t e : {64, 13})
+        for (bool causal : {false, true}) {
+          const int64_t ev = std::array<int64_t, 3>{e, 20, 13}[index % 3];
+          const int64_t kv_heads = index % 3 == 0 ? 1 : 3;
+          Problem p({2, 3, l, e}, {2, kv_heads, s, e}, {2, kv_heads, s, ev});
+          p.with_causal(causal).with_scale(index % 2 ? 0.3 : 0.0);
+          if (index % 3 != 2) {
+            const std::vector<int64_t> mask_shapes[] = {{l, s}, {2, 3, l, s}, {2, 1, 1, s}};
+            p.with_mask(mask_shapes[index % 3], index % 4 < 2 ? DType::Bool : DType::F32);
+          }
+          expect_heads_second_last_matches(p, index % 16, rng);
+          ++index;
+        }
+  for (int flags : {1, 2, 4, 8, 15}) {
+    Problem p({4, 17, 13}, {1, 3, 13}, {4, 3, 20});
+    p.with_mask({17, 3}, DType::Bool).with_causal(flags % 2 == 1);
+    expect_heads_second_last_matches(p, flags, rng);
+  }
+}
+
 // ---------------------------------------------------------------- through the executor
 
 TEST(OpsAttention, RunsThroughTheExecutor) {

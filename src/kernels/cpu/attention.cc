@@ -7,6 +7,9 @@
 // rescales what it accumulated so far by exp(m_old - m_new), then O += P v_blk (a second GEMM).
 // Memory per thread is one score block and one output block, never L x S. Causal attention
 // stops at the block's last row, skipping the key blocks it would mask entirely.
+// Rows of q, k, v and out are addressed through row strides, so any of them may come with the
+// heads second last ([B, S, H, E], straight from the projections): the head permutes around
+// attention fold into the node (fold_permute_into_attention) and the arithmetic stays the same.
 //
 // The GEMMs are Kiln's own AVX2 micro-kernels (6 x 16 register tiles) rather than cblas_sgemm
 // per block: on one Zen 4 core they reach about 100 GFLOP/s for q k^T (transposing the keys
@@ -37,20 +40,30 @@ struct BroadcastOperand {
   int64_t row_stride = 0, col_stride = 0;
 };
 
-// `sizes` has at most out_batch.size() + 2 dims and broadcasts to [out_batch..., *, *] (type
-// inference checked it).
+// `sizes` (as stored, dense row-major) has at most out_batch.size() + 2 dims and broadcasts to
+// [out_batch..., *, *] (type inference checked it); with heads_second_last its dims -3 and -2
+// are stored swapped, so they are swapped back along with their strides.
 BroadcastOperand broadcast_operand(const std::vector<int64_t>& sizes,
-                                   const std::vector<int64_t>& out_batch) {
+                                   const std::vector<int64_t>& out_batch,
+                                   bool heads_second_last = false) {
   const size_t rank = out_batch.size() + 2;
   KILN_ASSERT(sizes.size() <= rank, "attention operand of rank " << sizes.size());
+  KILN_ASSERT(!heads_second_last || sizes.size() >= 3,
+              "attention operand of rank " << sizes.size() << " with heads second last");
   std::vector<int64_t> padded(rank - sizes.size(), 1);
   padded.insert(padded.end(), sizes.begin(), sizes.end());
   std::vector<int64_t> strides(rank, 0);
   int64_t stride = 1;
   for (size_t d = rank; d-- > 0;) {
-    strides[d] = padded[d] == 1 ? 0 : stride;
+    strides[d] = stride;
     stride *= padded[d];
   }
+  if (heads_second_last) {
+    std::swap(padded[rank - 3], padded[rank - 2]);
+    std::swap(strides[rank - 3], strides[rank - 2]);
+  }
+  for (size_t d = 0; d < rank; ++d)
+    if (padded[d] == 1) strides[d] = 0;
   BroadcastOperand op;
   op.row_stride = strides[rank - 2];
   op.col_stride = strides[rank - 1];
@@ -73,8 +86,17 @@ BroadcastOperand broadcast_operand(const std::vector<int64_t>& sizes,
 }  // namespace
 
 AttentionGeometry make_attention_geometry(const KernelSpec& spec) {
-  const std::vector<int64_t> q = spec.input_sizes(0), k = spec.input_sizes(1),
-                             v = spec.input_sizes(2), out = spec.output_sizes(0);
+  bool heads_second_last[4];
+  for (int i = 0; i < 4; ++i) heads_second_last[i] = spec.node.attr_bool(kHeadsSecondLastAttrs[i]);
+  // The sizes as written in attention.h: [..., rows, cols], heads third last.
+  auto logical = [&](std::vector<int64_t> sizes, int which) {
+    if (heads_second_last[which]) std::swap(sizes[sizes.size() - 3], sizes[sizes.size() - 2]);
+    return sizes;
+  };
+  const std::vector<int64_t> q = logical(spec.input_sizes(0), 0),
+                             k = logical(spec.input_sizes(1), 1),
+                             v = logical(spec.input_sizes(2), 2),
+                             out = logical(spec.output_sizes(0), 3);
   const std::vector<int64_t> out_batch(out.begin(), out.end() - 2);
   AttentionGeometry g;
   g.l = q[q.size() - 2];
@@ -85,9 +107,18 @@ AttentionGeometry make_attention_geometry(const KernelSpec& spec) {
   // An empty dot product is 0 whatever the scale (PyTorch scales q and k by sqrt(scale) each).
   g.scale = scale != 0 ? scale : g.e > 0 ? 1 / std::sqrt(static_cast<double>(g.e)) : 1;
   g.causal = spec.node.attr_bool("is_causal");
-  g.q_offsets = broadcast_operand(q, out_batch).offsets;
-  g.k_offsets = broadcast_operand(k, out_batch).offsets;
-  g.v_offsets = broadcast_operand(v, out_batch).offsets;
+  BroadcastOperand operands[4];
+  for (int i = 0; i < 4; ++i)
+    operands[i] = broadcast_operand(i < 3 ? spec.input_sizes(i) : spec.output_sizes(0),
+                                    out_batch, heads_second_last[i]);
+  g.q_offsets = std::move(operands[0].offsets);
+  g.k_offsets = std::move(operands[1].offsets);
+  g.v_offsets = std::move(operands[2].offsets);
+  g.out_offsets = std::move(operands[3].offsets);
+  g.q_row_stride = operands[0].row_stride;
+  g.k_row_stride = operands[1].row_stride;
+  g.v_row_stride = operands[2].row_stride;
+  g.out_row_stride = operands[3].row_stride;
   if (spec.inputs.size() > 3) {
     g.mask = spec.inputs[3].dtype == DType::Bool ? AttentionMask::Bool : AttentionMask::Additive;
     BroadcastOperand mask = broadcast_operand(spec.input_sizes(3), out_batch);
@@ -125,9 +156,9 @@ KILN_TARGET_AVX2 inline float sum_lanes(__m256 v) {
 }
 
 // kt[e][j] = k[j][e] for the block's keys j < keys; columns up to the next multiple of 16 are 0.
-// Row stride of kt: kBlockK.
-KILN_TARGET_AVX2 void pack_keys_transposed(const float* k, int64_t keys, int64_t e_count,
-                                           float* kt) {
+// Row strides: k k_stride, kt kBlockK.
+KILN_TARGET_AVX2 void pack_keys_transposed(const float* k, int64_t k_stride, int64_t keys,
+                                           int64_t e_count, float* kt) {
   const int64_t columns = round_up(keys, 16);
   int64_t j = 0;
   // 8 x 8 transposes in registers where whole, element by element at the edges.
@@ -135,7 +166,7 @@ KILN_TARGET_AVX2 void pack_keys_transposed(const float* k, int64_t keys, int64_t
     int64_t e = 0;
     for (; e + 8 <= e_count; e += 8) {
       __m256 r[8], t[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k + (j + i) * e_count + e);
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k + (j + i) * k_stride + e);
       for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -155,18 +186,19 @@ KILN_TARGET_AVX2 void pack_keys_transposed(const float* k, int64_t keys, int64_t
       }
     }
     for (; e < e_count; ++e)
-      for (int64_t i = 0; i < 8; ++i) kt[e * kBlockK + j + i] = k[(j + i) * e_count + e];
+      for (int64_t i = 0; i < 8; ++i) kt[e * kBlockK + j + i] = k[(j + i) * k_stride + e];
   }
   for (int64_t e = 0; e < e_count; ++e) {
-    for (int64_t jj = j; jj < keys; ++jj) kt[e * kBlockK + jj] = k[jj * e_count + e];
+    for (int64_t jj = j; jj < keys; ++jj) kt[e * kBlockK + jj] = k[jj * k_stride + e];
     for (int64_t jj = keys; jj < columns; ++jj) kt[e * kBlockK + jj] = 0;
   }
 }
 
 // s[r][0..16) = sum_e q[r][e] kt[e][0..16) for R rows: 12 accumulators in registers, two
-// loads of kt and R broadcasts of q per step of e. Row strides: q e_count, kt and s kBlockK.
+// loads of kt and R broadcasts of q per step of e. Row strides: q q_stride, kt and s kBlockK.
 template <int R>
-KILN_TARGET_AVX2 void scores_tile(const float* q, const float* kt, int64_t e_count, float* s) {
+KILN_TARGET_AVX2 void scores_tile(const float* q, int64_t q_stride, const float* kt,
+                                  int64_t e_count, float* s) {
   __m256 acc[R][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -175,7 +207,7 @@ KILN_TARGET_AVX2 void scores_tile(const float* q, const float* kt, int64_t e_cou
     const __m256 b1 = _mm256_loadu_ps(kt + e * kBlockK + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(q + r * e_count + e);
+      const __m256 a = _mm256_broadcast_ss(q + r * q_stride + e);
       acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
     }
@@ -195,10 +227,10 @@ KILN_TARGET_AVX2 inline __m128 sum_lanes4(__m256 a, __m256 b, __m256 c, __m256 d
 
 // The scores of one or two query rows (R) against `keys` rows of k as dot products along e,
 // four keys at a time: for so few rows, transposing the keys would cost as much as the GEMM.
-// Row strides: q and k e_count, s kBlockK.
+// Row strides: q q_stride, k k_stride, s kBlockK.
 template <int R>
-KILN_TARGET_AVX2 void scores_by_dots(const float* q, const float* k, int64_t keys,
-                                     int64_t e_count, float* s) {
+KILN_TARGET_AVX2 void scores_by_dots(const float* q, int64_t q_stride, const float* k,
+                                     int64_t k_stride, int64_t keys, int64_t e_count, float* s) {
   const int64_t whole = e_count - e_count % 8;
   const __m256i tail = avx2::tail_mask(e_count - whole);
   auto load = [&](const float* row, int64_t e) KILN_TARGET_AVX2 {
@@ -211,9 +243,9 @@ KILN_TARGET_AVX2 void scores_by_dots(const float* q, const float* k, int64_t key
       for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
     for (int64_t e = 0; e < e_count; e += 8) {
       __m256 kv[4];
-      for (int c = 0; c < 4; ++c) kv[c] = load(k + (j + c) * e_count, e);
+      for (int c = 0; c < 4; ++c) kv[c] = load(k + (j + c) * k_stride, e);
       for (int r = 0; r < R; ++r) {
-        const __m256 qv = load(q + r * e_count, e);
+        const __m256 qv = load(q + r * q_stride, e);
         for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);
       }
     }
@@ -224,7 +256,7 @@ KILN_TARGET_AVX2 void scores_by_dots(const float* q, const float* k, int64_t key
     for (int r = 0; r < R; ++r) {
       __m256 acc = _mm256_setzero_ps();
       for (int64_t e = 0; e < e_count; e += 8)
-        acc = _mm256_fmadd_ps(load(q + r * e_count, e), load(k + j * e_count, e), acc);
+        acc = _mm256_fmadd_ps(load(q + r * q_stride, e), load(k + j * k_stride, e), acc);
       s[r * kBlockK + j] = sum_lanes(acc);
     }
 }
@@ -232,10 +264,10 @@ KILN_TARGET_AVX2 void scores_by_dots(const float* q, const float* k, int64_t key
 // o[r][0..8 NV) = alpha[r] o[r] + sum_{j < keys} p[r][j] v[j][0..8 NV) for R rows (o starts
 // from 0 when `first`). With kTail the last vector of v is read under `tail` (the end of a row
 // of v, where a full load could leave the tensor); o's rows are padded to whole vectors. Row
-// strides: p kBlockK, v ev, o o_stride.
+// strides: p kBlockK, v v_stride, o o_stride.
 template <int R, int NV, bool kTail>
 KILN_TARGET_AVX2 void weighted_values_tile(const float* p, int64_t keys, const float* v,
-                                           int64_t ev, __m256i tail, const float* alpha,
+                                           int64_t v_stride, __m256i tail, const float* alpha,
                                            bool first, float* o, int64_t o_stride) {
   __m256 acc[R][NV];
 #pragma GCC unroll 6
@@ -248,8 +280,8 @@ KILN_TARGET_AVX2 void weighted_values_tile(const float* p, int64_t keys, const f
   for (int64_t j = 0; j < keys; ++j) {
     __m256 b[NV];
     for (int n = 0; n < NV; ++n)
-      b[n] = kTail && n == NV - 1 ? _mm256_maskload_ps(v + j * ev + 8 * n, tail)
-                                  : _mm256_loadu_ps(v + j * ev + 8 * n);
+      b[n] = kTail && n == NV - 1 ? _mm256_maskload_ps(v + j * v_stride + 8 * n, tail)
+                                  : _mm256_loadu_ps(v + j * v_stride + 8 * n);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(p + r * kBlockK + j);
@@ -396,27 +428,28 @@ class FlashAttention final : public KernelInstance {
   KILN_TARGET_AVX2 void run_task(const Operands& ops, int64_t b, int64_t i0,
                                  Workspace& ws) const {
     const int64_t rows = std::min(kBlockQ, g_.l - i0);
-    const float* q = ops.q + g_.q_offsets[b] + i0 * g_.e;
-    float* out = ops.out + (b * g_.l + i0) * g_.ev;
+    const int64_t qs = g_.q_row_stride, ks = g_.k_row_stride;
+    const float* q = ops.q + g_.q_offsets[b] + i0 * qs;
+    float* out = ops.out + g_.out_offsets[b] + i0 * g_.out_row_stride;
     // Causal: keys past the last row are masked for every row of the block.
     const int64_t key_end = g_.causal ? std::min(g_.s, i0 + rows) : g_.s;
     std::fill_n(ws.row_max, rows, -INFINITY);
     std::fill_n(ws.row_sum, rows, 0.0f);
     for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
       const int64_t keys = std::min(kBlockK, key_end - j0);
-      const float* k = ops.k + g_.k_offsets[b] + j0 * g_.e;
+      const float* k = ops.k + g_.k_offsets[b] + j0 * ks;
       if (rows < kTileRows) {
         int64_t r = 0;
         for (; r + 2 <= rows; r += 2)
-          scores_by_dots<2>(q + r * g_.e, k, keys, g_.e, ws.p + r * kBlockK);
-        if (r < rows) scores_by_dots<1>(q + r * g_.e, k, keys, g_.e, ws.p + r * kBlockK);
+          scores_by_dots<2>(q + r * qs, qs, k, ks, keys, g_.e, ws.p + r * kBlockK);
+        if (r < rows) scores_by_dots<1>(q + r * qs, qs, k, ks, keys, g_.e, ws.p + r * kBlockK);
       } else {
-        pack_keys_transposed(k, keys, g_.e, ws.kt);
+        pack_keys_transposed(k, ks, keys, g_.e, ws.kt);
         for (int64_t r = 0; r < rows; r += kTileRows)
           with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX2 {
             constexpr int R = decltype(rows_constant)::value;
             for (int64_t c = 0; c < keys; c += 16)
-              scores_tile<R>(q + r * g_.e, ws.kt + c, g_.e, ws.p + r * kBlockK + c);
+              scores_tile<R>(q + r * qs, qs, ws.kt + c, g_.e, ws.p + r * kBlockK + c);
           });
       }
       switch (g_.mask) {
@@ -430,7 +463,7 @@ class FlashAttention final : public KernelInstance {
           online_softmax<AttentionMask::Additive>(ops, b, i0, rows, j0, keys, ws);
           break;
       }
-      accumulate_values(ops.v + g_.v_offsets[b] + j0 * g_.ev, rows, keys, j0 == 0, ws);
+      accumulate_values(ops.v + g_.v_offsets[b] + j0 * g_.v_row_stride, rows, keys, j0 == 0, ws);
     }
     normalize(rows, key_end > 0, ws, out);
   }
@@ -499,7 +532,7 @@ class FlashAttention final : public KernelInstance {
         const float* alpha = ws.alpha + r;
         float* o = ws.o + r * ws.o_stride;
         auto tile = [&](auto fn, int64_t c) KILN_TARGET_AVX2 {
-          fn(p, keys, v + c, ev, tail, alpha, first, o + c, ws.o_stride);
+          fn(p, keys, v + c, g_.v_row_stride, tail, alpha, first, o + c, ws.o_stride);
         };
         for (int64_t c = 0; c < whole; c += 16) tile(weighted_values_tile<R, 2, false>, c);
         if (rest > 8) tile(weighted_values_tile<R, 2, true>, whole);
@@ -516,7 +549,7 @@ class FlashAttention final : public KernelInstance {
     const __m256i tail = avx2::tail_mask(ev - full);
     for (int64_t r = 0; r < rows; ++r) {
       const float l = any_keys ? ws.row_sum[r] : 0.0f;
-      float* y = out + r * ev;
+      float* y = out + r * g_.out_row_stride;
       if (l == 0) {
         std::fill_n(y, ev, 0.0f);
         continue;

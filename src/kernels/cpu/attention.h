@@ -14,26 +14,37 @@ namespace kiln::cpu {
 enum class AttentionMask : uint8_t { None, Bool, Additive };
 
 // out[b..., L, Ev] = softmax(q k^T * scale + mask) v for q [b..., L, E], k [b..., S, E],
-// v [b..., S, Ev], every operand dense row-major, batch dims broadcast NumPy-style (the mask's
-// too, over [b..., L, S]). Key j is attended by query i unless the mask is false there, or
-// is_causal and j > i (PyTorch's top-left aligned lower triangle); an additive mask is added
-// to the scaled scores.
+// v [b..., S, Ev], batch dims broadcast NumPy-style (the mask's too, over [b..., L, S]). Key j is
+// attended by query i unless the mask is false there, or is_causal and j > i (PyTorch's top-left
+// aligned lower triangle); an additive mask is added to the scaled scores.
+// Each of q, k, v and out is dense row-major either as written, or with its last batch dim (the
+// heads H) second last: [..., S, H, E] (its attribute *_heads_second_last), as the projections
+// before a head split produce it. Either way each matrix row is contiguous; only the strides
+// between rows and matrices differ, so the arithmetic is the same.
 struct AttentionGeometry {
   int64_t l = 0, s = 0, e = 0, ev = 0;
   double scale = 1;  // resolved: the attribute, or 1/sqrt(E) when it is 0 (unset)
   bool causal = false;
   AttentionMask mask = AttentionMask::None;
-  // Element offsets of q's, k's and v's matrices and of the mask's [L, S] plane for each output
-  // batch index (row-major over the output's batch dims).
-  std::vector<int64_t> q_offsets, k_offsets, v_offsets, mask_offsets;
+  // Element offsets of q's, k's, v's and out's matrices and of the mask's [L, S] plane for each
+  // output batch index (row-major over the output's batch dims as written above: [b..., H]).
+  std::vector<int64_t> q_offsets, k_offsets, v_offsets, out_offsets, mask_offsets;
+  // Element strides between consecutive rows of q, k, v and out (E, E, Ev, Ev when as written,
+  // H times that with heads second last; 0 for an operand of one row).
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, out_row_stride = 0;
   // The mask's strides in elements over L and S: 0 where it is broadcast.
   int64_t mask_row_stride = 0, mask_col_stride = 0;
 
   int64_t batch_count() const { return static_cast<int64_t>(q_offsets.size()); }
 };
 
+// The attributes that put the heads second last, for q, k, v and the output in that order.
+inline constexpr const char* kHeadsSecondLastAttrs[4] = {
+    "q_heads_second_last", "k_heads_second_last", "v_heads_second_last",
+    "out_heads_second_last"};
+
 // The geometry of a scaled_dot_product_attention node: inputs q, k, v[, attn_mask], attributes
-// is_causal and scale.
+// is_causal, scale and the *_heads_second_last flags.
 AttentionGeometry make_attention_geometry(const KernelSpec& spec);
 
 #ifdef KILN_X86
