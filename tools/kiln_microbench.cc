@@ -8,8 +8,9 @@
 //   conv         conv2d's kernels on each distinct convolution of ResNet-50 at batch 1, and the
 //                network's total weighted by occurrences
 //   elementwise  relu, exp, gelu (erf and tanh), sigmoid, silu, tanh, erf, add, broadcast add on
-//                tensors larger than the last-level cache, GB/s against memcpy of the same
-//                bytes on the same threads
+//                tensors larger than the last-level cache (inputs uniform in [-1, 1], and gelu
+//                and erf also in [-6, 6]), GB/s against memcpy of the same bytes on the same
+//                threads
 //   overhead     CompiledGraph::run of a one-node graph on a tiny tensor against its kernel alone
 //
 // Kernels are created through the op registry from a one-node graph, exactly as ExecPlan creates
@@ -273,10 +274,11 @@ Tensor random_tensor(DType dtype, const std::vector<int64_t>& sizes, uint32_t se
   return t;
 }
 
-// A graph of one node, its KernelSpec built as ExecPlan builds it, and data for its inputs.
+// A graph of one node, its KernelSpec built as ExecPlan builds it, and data for its inputs
+// (uniform in [-spread, spread]).
 class OneNode {
  public:
-  OneNode(std::unique_ptr<Graph> graph, int threads, uint32_t seed)
+  OneNode(std::unique_ptr<Graph> graph, int threads, uint32_t seed, float spread = 1.f)
       : graph_(std::move(graph)),
         node_(*graph_->nodes().at(0)),
         def_(*OpRegistry::instance().find(node_.op())),
@@ -289,7 +291,7 @@ class OneNode {
       Tensor data = constant ? in->constant()
                              : random_tensor(in->type().dtype, spec_.input_sizes(
                                                                    spec_.inputs.size() - 1),
-                                             seed++);
+                                             seed++, -spread, spread);
       inputs_.push_back(data.data());
       owned_.push_back(std::move(data));
     }
@@ -601,6 +603,7 @@ Json bench_elementwise(const Options& o, bool& mismatch) {
     std::string name, op;
     AttrMap attrs;
     bool binary, broadcast;
+    float spread = 1.f;  // inputs uniform in [-spread, spread]
   };
   const std::vector<Case> cases = {
       {"relu", "relu", {}, false, false},
@@ -611,6 +614,10 @@ Json bench_elementwise(const Options& o, bool& mismatch) {
       {"silu", "silu", {}, false, false},
       {"tanh", "tanh", {}, false, false},
       {"erf", "erf", {}, false, false},
+      // Wide inputs: most vectors of 8 mix values within and beyond GELU's polynomial ranges.
+      {"gelu (erf), [-6, 6]", "gelu", {{"approximate", std::string("none")}}, false, false, 6.f},
+      {"gelu (tanh), [-6, 6]", "gelu", {{"approximate", std::string("tanh")}}, false, false, 6.f},
+      {"erf, [-6, 6]", "erf", {}, false, false, 6.f},
       {"add", "add", {}, true, false},
       {"add, broadcast row [1024]", "add", {}, true, true},
   };
@@ -621,12 +628,13 @@ Json bench_elementwise(const Options& o, bool& mismatch) {
     if (c.binary) in.push_back(g->add_input("b", f32(c.broadcast ? std::vector<int64_t>{cols}
                                                                   : std::vector<int64_t>{rows, cols})));
     g->set_outputs({g->add(c.op, in, c.attrs)});
-    OneNode node(std::move(g), o.threads, 400);
+    OneNode node(std::move(g), o.threads, 400, c.spread);
     // Bytes that must cross the memory bus: every input read once, the output written once.
     const double bytes = tensor_bytes * (c.binary && !c.broadcast ? 3 : 2);
     Json r = bench_kernels(node, 0, bytes, 0, true, o, mismatch);
     r["name"] = c.name;
     r["bytes"] = bytes;
+    r["input_spread"] = c.spread;
     for (Json& k : r["kernels"])
       if (k.contains("gbs")) k["vs_memcpy"] = k["gbs"].get<double>() / memcpy_gbs;
     progress("elementwise " + c.name + ": " + r["selected"].get<std::string>());

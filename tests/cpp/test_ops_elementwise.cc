@@ -792,22 +792,33 @@ TEST(OpsElementwise, Avx2UlpErrorOverAllExponents) {
 }
 
 // The transcendental kernels take a fast path for a vector whose lanes are all within a bound
-// (gelu 3.74, 4 and 8, erf 9, exp, sigmoid and silu 87) and the full one otherwise: every
-// border value, just inside and just outside, and every extreme value, in each lane of a vector
-// of ordinary values, matches the reference within the op's bound.
-TEST(OpsElementwise, Avx2FastPathBorders) {
+// (gelu 3.74, 4, 8 and 13, exp, sigmoid and silu 87) and the full one otherwise, and their
+// piecewise polynomials change pieces at breakpoints (erf at (k + 1/2) / 1.75, its small form
+// ending at 1.5 / 1.75, up to the clamp at 4; gelu (none) at odd multiples of 1/4 and at
+// (k + 1/2) / 0.8 beyond 3.74; gelu (tanh) at multiples of 1/4): every border and
+// breakpoint, just inside and just outside, both signs, and every extreme value, in each lane of
+// a vector of values within the fast paths ([-1, 1]), of values mixing both sides of the bounds
+// ([-6, 6]) and of values beyond them ([-20, 20]), matches the reference within the op's bound.
+TEST(OpsElementwise, Avx2FastPathBordersAndBreakpoints) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::vector<float> borders = {3.74f, 3.92f, 4.0f, 8.0f, 13.0f, 87.0f};
+  for (int k = 1; k < 16; ++k) borders.push_back(static_cast<float>(k) / 4);
+  for (int k = 0; k < 7; ++k) borders.push_back((static_cast<float>(k) + 0.5f) / 1.75f);
+  for (int k = 3; k < 10; ++k) borders.push_back((static_cast<float>(k) + 0.5f) / 0.8f);
   std::vector<float> specials = test::extreme_floats();
-  for (float border : {3.74f, 4.0f, 8.0f, 9.0f, 87.0f})
+  for (float border : borders)
     for (float b : {border, -border})
       specials.insert(specials.end(), {b, std::nextafter(b, 0.0f), std::nextafter(b, 2 * b)});
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> ordinary(-3.9f, 3.9f);
-  Tensor x = Tensor::empty(DType::F32, {static_cast<int64_t>(specials.size()) * 8 * 8});
-  float* p = x.data<float>();
-  for (float special : specials)
-    for (int lane = 0; lane < 8; ++lane)
-      for (int i = 0; i < 8; ++i) *p++ = i == lane ? special : ordinary(rng);
+  std::vector<float> values;
+  for (float spread : {1.0f, 6.0f, 20.0f}) {
+    std::uniform_real_distribution<float> neighbour(-spread, spread);
+    for (float special : specials)
+      for (int lane = 0; lane < 8; ++lane)
+        for (int i = 0; i < 8; ++i) values.push_back(i == lane ? special : neighbour(rng));
+  }
+  Tensor x = Tensor::empty(DType::F32, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), x.data<float>());
   for (const UnaryCase& c : unary_cases()) {
     if (!c.sweep) continue;
     SCOPED_TRACE(case_name(c));
@@ -816,25 +827,37 @@ TEST(OpsElementwise, Avx2FastPathBorders) {
   }
 }
 
-// gelu's fast paths (piecewise polynomials of Phi(-|x|) on [-3.74, 3.74] and of
-// sigmoid(-2u(|x|)) on [-4, 4]) over every 251st f32 of their range, both signs: at most 3 ULP
-// (erf form) and 2 ULP (tanh form), what sweeps over every 5th and every 7th pattern measured.
-TEST(OpsElementwise, Avx2GeluFastPathUlp) {
+// The piecewise polynomials over every 251st f32 of their range, both signs: erf on [0.01, 4]
+// (below, the every-1021st sweep covers its first piece; 1 ULP, its bound everywhere), gelu's
+// fast paths on [-3.74, 3.74] (Phi(-|x|), erf form) and [-4, 4] (sigmoid(-2u(|x|)), tanh form),
+// and the erf form's tail beyond 3.74 up to 13 (vectors there mix no other values): at most 3
+// and 2 ULP (gelu), what exhaustive sweeps of those ranges measured (every 5th and 7th f32 for
+// the fast paths, every f32 for the tail).
+TEST(OpsElementwise, Avx2PiecewisePolynomialUlp) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
-  for (const auto& [approximate, bound, max_ulp] :
-       {std::tuple<std::string, float, int64_t>{"none", 3.74f, 3}, {"tanh", 4.0f, 2}}) {
-    SCOPED_TRACE(approximate);
+  struct Range {
+    std::string op, approximate;
+    float low, high;
+    int64_t max_ulp;
+  };
+  for (const Range& r : {Range{"erf", "", 0.01f, 4.0f, 1}, Range{"gelu", "none", 0.0f, 3.74f, 3},
+                         Range{"gelu", "tanh", 0.0f, 4.0f, 2},
+                         Range{"gelu", "none", 3.74f, 13.0f, 3}}) {
+    SCOPED_TRACE(r.op + " " + r.approximate + " " + std::to_string(r.low));
     std::vector<float> values;
-    for (uint32_t u = 0; u <= std::bit_cast<uint32_t>(bound); u += 251) {
+    for (uint32_t u = std::bit_cast<uint32_t>(r.low); u <= std::bit_cast<uint32_t>(r.high);
+         u += 251) {
       values.push_back(std::bit_cast<float>(u));
       values.push_back(-std::bit_cast<float>(u));
     }
-    values.push_back(bound);
-    values.push_back(-bound);
+    values.push_back(r.high);
+    values.push_back(-r.high);
     Tensor x = Tensor::empty(DType::F32, {static_cast<int64_t>(values.size())});
     std::copy(values.begin(), values.end(), x.data<float>());
-    OneNode node("gelu", {type_of(DType::F32, {x.numel()})}, {{"approximate", approximate}});
-    expect_matches_reference(*node.node, {x}, max_ulp);
+    const AttrMap attrs =
+        r.approximate.empty() ? AttrMap{} : AttrMap{{"approximate", r.approximate}};
+    OneNode node(r.op, {type_of(DType::F32, {x.numel()})}, attrs);
+    expect_matches_reference(*node.node, {x}, r.max_ulp);
   }
 }
 

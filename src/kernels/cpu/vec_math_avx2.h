@@ -245,14 +245,68 @@ KILN_VEC __m256 normal_cdf_minus(__m256 z) {
   return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
 }
 
-// Where every lane is within [-3.74, 3.74] (most activations; below 3.75, where round(2z) would
-// reach 8): x Phi(x) = x p below 0 and x - x p (rounded once) above, p = Phi(-|x|); blendv picks
-// by x's sign bit, so -0 gives -0.
+// z Phi(-z) e^(z^2 / 2) = z erfcx(z / sqrt 2) / 2 for z in [3.7, 13] (it falls from 0.396 to
+// 0.375 towards 3.7) with a relative error below 1.2 * 2^-24: 8 pieces of width 1.25 centred on
+// k / 0.8 (k = round(0.8 z), 3..10), each a degree-5 polynomial in v = 0.8 z - k (|v| <= 1/2),
+// fitted for relative error with f32 coefficients; a permute picks each lane's coefficient by
+// k's low 3 bits.
+KILN_VEC __m256 gelu_erf_tail_factor(__m256 z) {
+  alignas(32) static constexpr float C[6][8] = {
+      {3.950669467e-01f, 3.958620727e-01f, 3.964365721e-01f, 3.751470447e-01f, 3.845965266e-01f, 3.894280493e-01f, 3.921982348e-01f, 3.939235508e-01f},
+      {9.416253306e-04f, 6.691015442e-04f, 4.919260391e-04f, 1.350880507e-02f, 6.488163490e-03f, 3.555630567e-03f, 2.140883822e-03f, 1.382304588e-03f},
+      {-1.702401205e-04f, -1.085595286e-04f, -7.210664626e-05f, -5.522704218e-03f, -2.139534568e-03f, -9.769413155e-04f, -5.023753038e-04f, -2.826817217e-04f},
+      {2.706148007e-05f, 1.544836960e-05f, 9.265566405e-06f, 1.961353701e-03f, 6.109345704e-04f, 2.340297651e-04f, 1.032216896e-04f, 5.068400787e-05f},
+      {-3.304345455e-06f, -7.142044183e-07f, -5.493395179e-07f, -6.850644713e-04f, -1.627402671e-04f, -5.167040581e-05f, -1.903209341e-05f, -6.995092917e-06f},
+      {5.695275149e-07f, 2.630801816e-07f, 6.293047932e-07f, 2.127335465e-04f, 4.013193757e-05f, 1.092291677e-05f, 3.576198196e-06f, 1.350515049e-06f},
+  };  // C[degree][k mod 8]
+  const __m256 magic = splat(12582912.0f);  // as in normal_cdf_minus
+  const __m256 shifted = _mm256_fmadd_ps(z, splat(0.8f), magic);
+  const __m256 v = _mm256_fmsub_ps(z, splat(0.8f), _mm256_sub_ps(shifted, magic));
+  const __m256i piece = _mm256_castps_si256(shifted);
+  const auto c = [&](int i) KILN_TARGET_AVX2 {
+    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
+  };
+  __m256 p = c(5);
+#pragma GCC unroll 5
+  for (int i = 4; i >= 0; --i) p = _mm256_fmadd_ps(p, v, c(i));
+  return p;
+}
+
+// z Phi(-z) for z in [3.7, 13]: exp(-z^2 / 2), z^2 split into hi + lo exactly (FMA), times
+// gelu_erf_tail_factor. z^2 / 2 <= 84.5 keeps 2^n and the result normal, so one multiply
+// scales.
+KILN_VEC __m256 gelu_erf_tail(__m256 z) {
+  const __m256 z2 = _mm256_mul_ps(z, z);
+  const __m256 z2_lo = _mm256_fmsub_ps(z, z, z2);
+  const ExpParts e =
+      exp_parts_in_range(_mm256_mul_ps(z2, splat(-0.5f)), _mm256_mul_ps(z2_lo, splat(-0.5f)));
+  return _mm256_mul_ps(_mm256_mul_ps(e.m, gelu_erf_tail_factor(z)), pow2(e.n));
+}
+
+// Three paths, by the vector's largest |x|:
+//  * all within [-3.74, 3.74] (most activations; below 3.75, where round(2z) would reach 8):
+//    x Phi(x) = x p below 0 and x - x p (rounded once) above, p = Phi(-|x|) (normal_cdf_minus);
+//    blendv picks by x's sign bit, so -0 gives -0.
+//  * all within [-13, 13] (wide inputs): the same in lanes within 3.74, and with t = |x| Phi(-|x|)
+//    (gelu_erf_tail) -t below 0 and x - t above in the others, a blend rather than a branch, so a
+//    vector mixing both takes no slow path; lanes within 3.74 get the first path's bits.
+//  * otherwise (|x| > 13, where the result underflows towards the subnormals, inf, NaN):
+//    gelu_erf_any.
 KILN_VEC __m256 gelu_erf(__m256 x) {
-  if (!all_within(x, 3.74f)) [[unlikely]]
+  const __m256 ax = abs(x);
+  if (all_within(x, 3.74f)) [[likely]] {
+    const __m256 p = normal_cdf_minus(ax);
+    return _mm256_blendv_ps(_mm256_fnmadd_ps(x, p, x), _mm256_mul_ps(x, p), x);
+  }
+  if (!all_within(x, 13.0f)) [[unlikely]]
     return gelu_erf_any(x);
-  const __m256 p = normal_cdf_minus(abs(x));
-  return _mm256_blendv_ps(_mm256_fnmadd_ps(x, p, x), _mm256_mul_ps(x, p), x);
+  // normal_cdf_minus stays finite beyond 3.75 (v stays within 1/2), and gelu_erf_tail below
+  // 3.7: the blend drops those lanes.
+  const __m256 p = normal_cdf_minus(ax);
+  const __m256 central = _mm256_blendv_ps(_mm256_fnmadd_ps(x, p, x), _mm256_mul_ps(x, p), x);
+  const __m256 t = gelu_erf_tail(ax);
+  const __m256 tail = _mm256_blendv_ps(_mm256_sub_ps(x, t), _mm256_or_ps(t, splat(-0.0f)), x);
+  return _mm256_blendv_ps(tail, central, _mm256_cmp_ps(ax, splat(3.74f), _CMP_LE_OQ));
 }
 
 // sigmoid(-2u) with u = sqrt(2/pi) (z + 0.044715 z^3), for z in [0, 4], with a relative error
@@ -318,34 +372,47 @@ KILN_VEC __m256 gelu_tanh(__m256 x) {
   return ldexp(_mm256_mul_ps(x, sig.m), sig.n);
 }
 
-// erf(x), the sign restored last (keeps -0):
-//  * |x| < 0.875: x (c0 + x^2 Q(x^2)) with c0 = 2/sqrt(pi) in two parts, the large product
-//    x * c0_hi rounded only once (FMA);
-//  * otherwise 1 - erfc(|x|), erfc(z) = exp(-z^2) erfcx(z) with z^2 split into hi + lo
-//    exactly (FMA); erfc < 0.22 there, a quarter of erf's ULP, so its error shrinks in the
-//    difference.
+// erf(x), branch-free, on z = min(|x|, 4) (erf rounds to 1 from 3.92 on): 8 pieces of width 4/7,
+// k = round(1.75 z), each a degree-7 polynomial p in v = 1.75 z - k (|v| <= 1/2), fitted for
+// absolute error with f32 coefficients; a permute picks each lane's coefficient by k, so no exp,
+// division or gather. Two forms (1 ULP at most over every f32, measured exhaustively):
+//  * k <= 1 (|x| < 0.857): p = erf(x) / x - c, c = 2/sqrt(pi) rounded to f32, and
+//    erf = |x| c + |x| p with the large product rounded only once (FMA); the small term stays
+//    below a quarter of the result, so its rounding costs a fraction of an ULP;
+//  * k >= 2: p = erfc(|x|) < 0.23 and erf = 1 - p: erfc's rounding is a quarter of erf's ULP.
+// The sign is restored last (keeps -0); min keeps a NaN (its second operand), which the
+// polynomial passes on.
 KILN_VEC __m256 erf(__m256 x) {
+  alignas(32) static constexpr float C[8][8] = {
+      {-5.864138330e-08f, -1.116648093e-01f, 1.060415506e-01f, 1.533513702e-02f, 1.227172557e-03f, 5.331226930e-05f, 1.242514259e-06f, 1.541724970e-08f},
+      {1.549115725e-09f, -2.026765347e-01f, -1.746526808e-01f, -3.412895650e-02f, -3.470963100e-03f, -1.837198215e-04f, -5.061025149e-06f, -7.256351608e-08f},
+      {-1.228168458e-01f, -6.313182414e-02f, 1.140592396e-01f, 3.343243897e-02f, 4.533464089e-03f, 2.999562130e-04f, 9.917577700e-06f, 1.657641491e-07f},
+      {1.061038802e-06f, 3.239199519e-02f, -3.064821847e-02f, -1.811877638e-02f, -3.569721477e-03f, -3.064785851e-04f, -1.240135225e-05f, -2.462493853e-07f},
+      {1.202260144e-02f, 1.559940632e-03f, -2.413268434e-03f, 5.235825200e-03f, 1.838594326e-03f, 2.174280962e-04f, 1.102697024e-05f, 2.509378874e-07f},
+      {3.648532220e-05f, -2.980519552e-03f, 3.628755454e-03f, -2.757973562e-04f, -6.107945810e-04f, -1.120652014e-04f, -7.442616607e-06f, -2.596368631e-07f},
+      {-1.023348421e-03f, 1.678149420e-04f, -5.436814972e-04f, -3.675235494e-04f, 1.007707397e-04f, 4.276233449e-05f, 4.167291536e-06f, 4.331751668e-08f},
+      {1.118096916e-04f, 1.870732376e-04f, -1.680563000e-04f, 1.197857491e-04f, 9.477133062e-06f, -1.079979484e-05f, -1.683361688e-06f, -1.810372225e-07f},
+  };  // C[degree][k]
   const __m256 ax = abs(x);
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  static constexpr float Q[] = {-3.7612637877e-01f, 1.1283791065e-01f, -2.6866106316e-02f,
-                                5.2234716713e-03f,  -8.5291708820e-04f, 1.1678778537e-04f,
-                                -1.1152082152e-05f};
-  const __m256 tail = _mm256_fmadd_ps(x2, polynomial(x2, Q), splat(-5.8635383e-08f));
-  const __m256 small = _mm256_fmadd_ps(ax, splat(1.1283792f), _mm256_mul_ps(ax, tail));
-
-  const __m256 x2_lo = _mm256_fmsub_ps(x, x, x2);
-  const __m256 neg_x2 = _mm256_sub_ps(_mm256_setzero_ps(), x2);
-  const __m256 neg_x2_lo = _mm256_sub_ps(_mm256_setzero_ps(), x2_lo);
-  // |x| <= 9: x^2 <= 81 and erfc(|x|) is normal, so one multiply scales it, rounding once.
-  const bool in_range = all_within(x, 9.0f);
-  const ExpParts e =
-      in_range ? exp_parts_in_range(neg_x2, neg_x2_lo) : exp_parts(neg_x2, neg_x2_lo);
-  const __m256 s = _mm256_add_ps(ax, splat(1.0f));
-  const __m256 erfc_m = _mm256_mul_ps(e.m, _mm256_div_ps(erfcx_times_s(s), s));
-  const __m256 erfc = in_range ? _mm256_mul_ps(erfc_m, pow2(e.n)) : ldexp(erfc_m, e.n);
-  const __m256 large = _mm256_sub_ps(splat(1.0f), erfc);
+  const __m256 magic = splat(12582912.0f);  // as in normal_cdf_minus
+  const __m256 z = _mm256_min_ps(splat(4.0f), ax);
+  const __m256 shifted = _mm256_fmadd_ps(z, splat(1.75f), magic);
+  const __m256 k = _mm256_sub_ps(shifted, magic);
+  const __m256 v = _mm256_fmsub_ps(z, splat(1.75f), k);
+  const __m256i piece = _mm256_castps_si256(shifted);
+  const auto c = [&](int i) KILN_TARGET_AVX2 {
+    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
+  };
+  // Estrin's scheme: a dependency chain short enough for the loop's iterations to overlap.
+  const __m256 v2 = _mm256_mul_ps(v, v);
+  const __m256 p01 = _mm256_fmadd_ps(c(1), v, c(0)), p23 = _mm256_fmadd_ps(c(3), v, c(2));
+  const __m256 p45 = _mm256_fmadd_ps(c(5), v, c(4)), p67 = _mm256_fmadd_ps(c(7), v, c(6));
+  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
+  const __m256 p = _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
+  const __m256 small = _mm256_fmadd_ps(ax, splat(1.1283792f), _mm256_mul_ps(ax, p));
+  const __m256 large = _mm256_sub_ps(splat(1.0f), p);
   const __m256 magnitude =
-      _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, splat(0.875f), _CMP_LT_OQ));
+      _mm256_blendv_ps(large, small, _mm256_cmp_ps(k, splat(1.5f), _CMP_LT_OQ));
   return _mm256_or_ps(magnitude, sign_bits(x));
 }
 
