@@ -127,7 +127,9 @@ class Graph {
   Value* add_constant(const std::string& name, Tensor data);
   // Adds a node at the end, checks its inputs and attributes against the op's schema, fills in
   // attribute defaults and infers its output types. Throws E50001 for an unknown op and E40002
-  // when the op can't take these inputs.
+  // when the op can't take these inputs. A node of an op that computes f16 and bf16 in f32
+  // (docs/ops.md) on such inputs is built as casts to f32, the op and casts back: the values
+  // returned are then the casts' (and the node named `name` is the op's).
   std::vector<Value*> add_node(const std::string& op, const std::vector<Value*>& inputs,
                                AttrMap attrs = {}, const std::string& name = "");
   // Single-output convenience.

@@ -58,8 +58,14 @@ class ConvertContext {
   const Json& output_meta(size_t i = 0) const;
   DType output_dtype(size_t i = 0) const;
 
-  // A new node named after the FX node.
+  // A new node named after the FX node. An ATen op computes f16 and bf16 in f32 and rounds its
+  // results once (docs/ops.md, "Low-precision floats"): a node of an op that computes them in
+  // f32 (OpDef::computes_low_precision_in_f32), and any node reading its result, is built in f32
+  // and its result stays f32 (unrounded) until round_results, so a converter emitting several
+  // nodes (addmm: matmul, then add) rounds once, as PyTorch does.
   Value* add(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs = {});
+  // The converter's outputs, each unrounded one cast to its f16 or bf16 dtype.
+  std::vector<Value*> round_results(std::vector<Value*> outputs);
   // A scalar constant of the given dtype, e.g. the `other` of add.Scalar.
   Value* scalar(double value, DType dtype);
 
@@ -73,6 +79,7 @@ class ConvertContext {
   std::string name_;
   std::string target_;
   const std::function<Value*(const Json&)>& resolve_;
+  std::map<const Value*, DType> unrounded_;  // f32 results and the dtype they round to
 };
 
 // Returns the node's outputs in order (one per FX output; null where an output isn't computed,

@@ -6,6 +6,8 @@
 
 #include "frontend/converter.h"
 #include "ir/sym_expr.h"
+#include "ops/low_precision.h"
+#include "ops/op_registry.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -211,7 +213,44 @@ DType ConvertContext::output_dtype(size_t i) const {
 
 Value* ConvertContext::add(const std::string& op, const std::vector<Value*>& inputs,
                            AttrMap attrs) {
-  return graph_.add(op, inputs, std::move(attrs), name_);
+  // A cast reads the f32 value: to(bf16) rounds it once, to(f32) keeps it, as its dtype says.
+  if (op == "to") return graph_.add(op, inputs, std::move(attrs), name_);
+  // Operands as PyTorch sees them: an unrounded value has its f16 or bf16 dtype.
+  std::vector<PromotionOperand> operands;
+  bool reads_unrounded = false, low = false;
+  for (Value* in : inputs) {
+    if (!in) continue;
+    auto it = unrounded_.find(in);
+    reads_unrounded |= it != unrounded_.end();
+    const DType dtype = it != unrounded_.end() ? it->second : in->type().dtype;
+    low |= is_low_precision_float(dtype);
+    operands.push_back({dtype, in->type().rank()});
+  }
+  const OpDef* def = OpRegistry::instance().find(op);
+  const DType result = low ? result_type(operands) : DType::F32;
+  if (def && low && is_low_precision_float(result) &&
+      (def->computes_low_precision_in_f32 || reads_unrounded)) {
+    // Built in f32, not cast back: the result is rounded once, by round_results.
+    std::vector<Value*> outs =
+        add_node_through_f32(graph_, *def, inputs, std::move(attrs), name_, DType::F32);
+    if (outs.size() != 1)
+      throw_error(ErrorCode::InvalidArgument, "op '", op, "' has ", outs.size(),
+                  " outputs; use add_node()");
+    if (outs[0]->type().dtype == DType::F32) unrounded_.emplace(outs[0], result);
+    return outs[0];
+  }
+  // An op whose result is wider (an f32 operand) reads the rounded values.
+  std::vector<Value*> rounded = reads_unrounded ? round_results(inputs) : inputs;
+  return graph_.add(op, rounded, std::move(attrs), name_);
+}
+
+std::vector<Value*> ConvertContext::round_results(std::vector<Value*> outputs) {
+  for (Value*& v : outputs) {
+    auto it = v ? unrounded_.find(v) : unrounded_.end();
+    if (it != unrounded_.end())
+      v = graph_.add("to", {v}, {{"dtype", std::string(dtype_name(it->second))}}, name_);
+  }
+  return outputs;
 }
 
 Value* ConvertContext::scalar(double value, DType dtype) {
@@ -304,7 +343,7 @@ std::vector<Value*> convert_node(Graph& g, ShapeReader& shapes, const Json& node
     throw_error(ErrorCode::UnsupportedOperator, "Kiln has no converter for ", target,
                 " (node '", name, "')");
   ConvertContext ctx(g, node, resolve);
-  std::vector<Value*> outs = (*converter)(ctx);
+  std::vector<Value*> outs = ctx.round_results((*converter)(ctx));
   const Json& metas = node.at("outputs");
   KILN_ASSERT(outs.size() == metas.size(), "converter of " << target << " returned " << outs.size()
                                                             << " outputs for " << metas.size());

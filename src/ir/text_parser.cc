@@ -12,6 +12,7 @@
 
 #include "kiln/graph.h"
 #include "ir/text_syntax.h"
+#include "ops/low_precision.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -719,6 +720,13 @@ class Parser {
     graph_->set_outputs(std::move(outputs));
   }
 
+  void check_result_count(const std::string& op, size_t op_offset, size_t given, size_t written) {
+    if (given != written)
+      fail_at(op_offset, "'" + shown(op) + "' gives " + std::to_string(given) +
+                             (given == 1 ? " result" : " results") + " here, but " +
+                             std::to_string(written) + " are written");
+  }
+
   void parse_node() {
     std::vector<Result> results;
     if (tok_.kind == Token::ValueName) {
@@ -766,6 +774,24 @@ class Parser {
     std::vector<TensorType> in_types;
     for (Value* in : inputs) in_types.push_back(in->type());
     bool typed = !results.empty() && results[0].type.has_value();
+    const std::optional<DType> low =
+        !typed && def->computes_low_precision_in_f32 ? low_precision_result(inputs) : std::nullopt;
+    if (low) {
+      // f16/bf16 operands: built as the builder builds it (casts, the op in f32, casts back;
+      // docs/ops.md), the results naming the casts back.
+      std::vector<std::string> names;
+      for (const Result& r : results) names.push_back(r.name);
+      std::vector<Value*> outs;
+      try {
+        outs = add_node_through_f32(*graph_, *def, inputs, std::move(attrs),
+                                    node_name.empty() ? op : node_name, *low, names);
+      } catch (const Error& e) {
+        throw Error(e.code(), position(op_offset) + ": " + e.detail());
+      }
+      check_result_count(op, op_offset, outs.size(), results.size());
+      for (size_t i = 0; i < results.size(); ++i) define(names[i], outs[i]);
+      return;
+    }
     std::vector<TensorType> out_types;
     try {
       if (typed) {
@@ -786,10 +812,7 @@ class Parser {
     } catch (const Error& e) {
       throw Error(e.code(), position(op_offset) + ": " + e.detail());
     }
-    if (out_types.size() != results.size())
-      fail_at(op_offset, "'" + shown(op) + "' gives " + std::to_string(out_types.size()) +
-                             (out_types.size() == 1 ? " result" : " results") + " here, but " +
-                             std::to_string(results.size()) + " are written");
+    check_result_count(op, op_offset, out_types.size(), results.size());
     std::vector<std::string> names;
     for (const Result& r : results) names.push_back(r.name);
     Node* node = graph_->add_node_with_types(op, inputs, std::move(attrs), out_types, node_name, names);

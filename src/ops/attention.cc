@@ -192,6 +192,7 @@ void register_attention_ops(OpRegistry& registry) {
   def.attrs = {{"is_causal", false}, {"scale", 0.0}};
   for (const char* name : kHeadsSecondLastAttrs) def.attrs.push_back({name, false});
   def.infer = infer_attention;
+  def.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   def.kernels.push_back({"flash", "native", flash_unsupported, cpu::create_flash_attention});
 #endif

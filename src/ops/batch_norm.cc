@@ -264,6 +264,7 @@ void register_batch_norm_ops(OpRegistry& registry) {
   batch_norm.inputs = {{"x"}, {"weight"}, {"bias"}, {"running_mean"}, {"running_var"}};
   batch_norm.attrs = {{"eps", 1e-5}};
   batch_norm.infer = infer_batch_norm;
+  batch_norm.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   batch_norm.kernels.push_back({"avx2", "native", avx2_unsupported, batch_norm_avx2});
 #endif
@@ -276,6 +277,7 @@ void register_batch_norm_ops(OpRegistry& registry) {
   group_norm.inputs = {{"x"}, {"weight_bias", /*variadic=*/true}};
   group_norm.attrs = {{"num_groups", int64_t{1}, /*required=*/true}, {"eps", 1e-5}};
   group_norm.infer = infer_group_norm;
+  group_norm.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   group_norm.kernels.push_back({"avx2", "native", avx2_unsupported,
                                 group_norm_kernel<float, Avx2Ops>});

@@ -347,6 +347,7 @@ void register_conv_ops(OpRegistry& registry) {
                {"residual", false},
                {"layout", std::string("plain")}};
   def.infer = infer_conv2d;
+  def.computes_low_precision_in_f32 = true;
   def.layout_aware = true;
   def.kernels = {
       {"onednn", "onednn", onednn_unsupported,

@@ -165,6 +165,7 @@ void register_conv1d_ops(OpRegistry& registry) {
                {"groups", int64_t{1}},
                {"fused_activation", std::string("none")}};
   def.infer = infer_conv1d;
+  def.computes_low_precision_in_f32 = true;
   for (const KernelDef& kernel : conv2d->kernels) def.kernels.push_back(as_conv1d_kernel(kernel));
   registry.add(std::move(def));
 }

@@ -198,6 +198,7 @@ void register_conv_transpose_ops(OpRegistry& registry) {
                {"dilation", std::vector<int64_t>{1, 1}},
                {"groups", int64_t{1}}};
   def.infer = infer_conv_transpose2d;
+  def.computes_low_precision_in_f32 = true;
   def.kernels = {
       {"onednn", "onednn", onednn_unsupported,
        [](const KernelSpec& spec) {

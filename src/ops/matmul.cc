@@ -159,6 +159,7 @@ void register_matmul_ops(OpRegistry& registry) {
                {"fused_activation", std::string("none")},
                {"residual", false}};
   def.infer = infer_matmul;
+  def.computes_low_precision_in_f32 = true;
   def.kernels = {
       {"openblas", "openblas", openblas_unsupported, library_kernel(cpu::create_openblas_matmul)},
       {"onednn", "onednn", onednn_unsupported, library_kernel(cpu::create_onednn_matmul)},

@@ -233,6 +233,7 @@ void register_normalization_ops(OpRegistry& registry) {
   softmax.inputs = {{"x"}};
   softmax.attrs = {{"axis", int64_t{-1}}};
   softmax.infer = infer_softmax;
+  softmax.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   softmax.kernels.push_back({"avx2", "native", avx2_unsupported_reason, softmax_avx2});
 #endif
@@ -246,6 +247,7 @@ void register_normalization_ops(OpRegistry& registry) {
   layer_norm.inputs = {{"x"}, {"weight_bias", true}};
   layer_norm.attrs = {{"normalized_ndim", int64_t{1}}, {"eps", 1e-5}};
   layer_norm.infer = infer_layer_norm;
+  layer_norm.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   layer_norm.kernels.push_back({"avx2", "native", avx2_unsupported_reason, layer_norm_avx2});
 #endif

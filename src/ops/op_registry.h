@@ -165,6 +165,10 @@ struct OpDef {
   // Whether infer and every kernel handle inputs in layouts other than Plain (include/kiln/
   // shape.h); other ops get a Plain-only check before infer, so they never misread a tensor.
   bool layout_aware = false;
+  // PyTorch's CPU kernels compute this op's f16 and bf16 inputs in f32 and round each floating
+  // result once: the builder (Graph::add_node) then builds the node in f32 between casts
+  // (src/ops/low_precision.h), so infer and the kernels see only f32 and wider.
+  bool computes_low_precision_in_f32 = false;
 };
 
 class OpRegistry {

@@ -567,6 +567,7 @@ void register_pooling_ops(OpRegistry& registry) {
                     {"dilation", std::vector<int64_t>{1}},
                     {"ceil_mode", false}};
   max_pool.infer = infer_max_pool2d;
+  max_pool.computes_low_precision_in_f32 = true;
   max_pool.layout_aware = true;
 #ifdef KILN_X86
   max_pool.kernels.push_back({"avx2", "native", avx2_unsupported, max_pool_avx2});
@@ -584,6 +585,7 @@ void register_pooling_ops(OpRegistry& registry) {
                     {"count_include_pad", true},
                     {"divisor_override", int64_t{0}}};
   avg_pool.infer = infer_avg_pool2d;
+  avg_pool.computes_low_precision_in_f32 = true;
   avg_pool.layout_aware = true;
   avg_pool.kernels.push_back({"onednn", "onednn", avg_pool_onednn_unsupported, avg_pool_onednn});
 #ifdef KILN_X86
@@ -597,6 +599,7 @@ void register_pooling_ops(OpRegistry& registry) {
   adaptive.inputs = {{"x"}};
   adaptive.attrs = {{"output_size", none, /*required=*/true}};
   adaptive.infer = infer_adaptive_avg_pool2d;
+  adaptive.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   adaptive.kernels.push_back({"global_avx2", "native", global_avx2_unsupported, global_avx2});
 #endif

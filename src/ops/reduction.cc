@@ -647,6 +647,7 @@ void register_reduction(OpRegistry& registry, const ReductionOp& op) {
   def.attrs.push_back({"keepdim", false});
   if (op.correction) def.attrs.push_back({"correction", 1.0});
   def.infer = [&op](InferContext& ctx) { infer_reduction(ctx, op); };
+  def.computes_low_precision_in_f32 = op.name != "prod";  // PyTorch's 2-byte prod rounds as it goes
 #ifdef KILN_X86
   if (op.vector)
     def.kernels.push_back(avx2_kernel(
@@ -706,6 +707,7 @@ void register_line_ops(OpRegistry& registry) {
   log_softmax.inputs = {{"x"}};
   log_softmax.attrs = {{"dim", int64_t{0}, true}};
   log_softmax.infer = infer_log_softmax;
+  log_softmax.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
   log_softmax.kernels.push_back(avx2_kernel(
       cpu::VectorReduction::LogSoftmax,
@@ -724,6 +726,7 @@ void register_line_ops(OpRegistry& registry) {
   cumsum.inputs = {{"x"}};
   cumsum.attrs = {{"dim", int64_t{0}, true}};
   cumsum.infer = infer_cumsum;
+  cumsum.computes_low_precision_in_f32 = true;
   cumsum.kernels.push_back(reference_kernel(
       [](const KernelSpec& spec) { return line_reference<Cumsum>(spec, {}); }));
   registry.add(std::move(cumsum));
@@ -739,6 +742,7 @@ void register_line_ops(OpRegistry& registry) {
                 // order for sorted = false too.
                 {"sorted", true}};
   topk.infer = infer_topk;
+  topk.computes_low_precision_in_f32 = true;
   topk.kernels.push_back(reference_kernel([](const KernelSpec& spec) {
     return line_reference<Topk>(
         spec, LineParams{spec.node.attr_int("k"), spec.node.attr_bool("largest")});

@@ -1,0 +1,168 @@
+"""f16 and bf16 models through torch.compile(backend="kiln"): the heavy ops (matmul, conv2d, the
+norms, softmax, reductions, pooling, attention) compute in f32 and round once, as PyTorch's CPU
+kernels do (docs/ops.md, "Low-precision floats"), and no op is left in PyTorch.
+
+Accuracy policy: float64 eager on the same f16/bf16 inputs and weights is the truth. A single
+op's result is its f32 result rounded once, so it lies within half a ULP of the low dtype (at
+the result) of the f32 result, which itself is within the f32 op's own error of the truth: that
+error is measured as 4x eager float32's (plus f32 underflow), far below a bf16 or f16 ULP. A
+result rounded twice (a matmul's, then its bias add's) can miss this bound by up to a ULP. Whole
+models chain dozens of roundings, so there, as for float32 in test_models.py, Kiln's error must
+be within a small factor of eager's own error at the same dtype.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+import kiln.bench.models
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+DTYPES = [torch.bfloat16, torch.float16]
+NO_FALLBACK = {"operator_selection.fallback_to_cpu": False}  # any op left in PyTorch: E50001
+
+
+def compile_kiln(model):
+    return torch.compile(model, backend="kiln", fullgraph=True, options=NO_FALLBACK)
+
+
+def half_ulp(values, dtype):
+    """Half the ULP of `dtype` at each value (of the larger neighbour's binade at a power of
+    two; the smallest subnormal's spacing near zero)."""
+    info = torch.finfo(dtype)
+    magnitude = values.double().abs().clamp(min=info.smallest_normal)
+    return 0.5 * info.eps * torch.exp2(torch.floor(torch.log2(magnitude)))
+
+
+def check_op(module, *inputs):
+    """module (f16 or bf16) through Kiln with no fallback: each element within half a ULP of
+    the f32 result plus the f32 computation's own error."""
+    dtype = inputs[0].dtype
+    with torch.no_grad():
+        got = compile_kiln(module)(*inputs)
+        truth = copy.deepcopy(module).double()(*(x.double() for x in inputs))
+        f32 = copy.deepcopy(module).float()(*(x.float() for x in inputs))
+        eager = module(*inputs)
+    assert got.dtype == dtype and got.shape == eager.shape
+    f32_error = (f32.double() - truth).abs().max().item()
+    bound = half_ulp(got, dtype) + 4 * f32_error + torch.finfo(torch.float32).tiny
+    error = (got.double() - truth).abs()
+    worst = (error - bound).max().item()
+    assert worst <= 0, f"Kiln exceeds its bound by {worst} (eager: {(eager.double() - truth).abs().max().item()})"
+
+
+class Apply(torch.nn.Module):
+    def __init__(self, fn, *params):
+        super().__init__()
+        self.fn = fn
+        self.params = torch.nn.ParameterList(params)
+
+    def forward(self, *x):
+        return self.fn(*x, *self.params)
+
+
+def single_ops():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 40, generator=g)
+    img = torch.randn(2, 6, 10, 10, generator=g)
+    q = torch.randn(2, 4, 12, 16, generator=g)
+    return {
+        "linear": (lambda: torch.nn.Linear(40, 24), (x,)),
+        "linear_3d": (lambda: torch.nn.Linear(40, 24), (x.reshape(2, 3, 40),)),
+        "linear_no_bias": (lambda: torch.nn.Linear(40, 24, bias=False), (x,)),
+        "bmm": (lambda: Apply(lambda a: torch.bmm(a, a.transpose(1, 2))), (x.reshape(2, 3, 40),)),
+        "layer_norm": (lambda: torch.nn.LayerNorm(40), (x * 3 + 1,)),
+        "softmax": (lambda: torch.nn.Softmax(-1), (x * 4,)),
+        "log_softmax": (lambda: torch.nn.LogSoftmax(-1), (x * 4,)),
+        "sum": (lambda: Apply(lambda a: a.sum(-1)), (x,)),
+        "mean": (lambda: Apply(lambda a: a.mean(0)), (x,)),
+        "var": (lambda: Apply(lambda a: a.var(-1)), (x,)),
+        "logsumexp": (lambda: Apply(lambda a: a.logsumexp(-1)), (x,)),
+        "conv2d": (lambda: torch.nn.Conv2d(6, 8, 3, padding=1), (img,)),
+        "batch_norm": (lambda: _batch_norm(6), (img,)),
+        "group_norm": (lambda: torch.nn.GroupNorm(3, 6), (img,)),
+        "avg_pool": (lambda: torch.nn.AvgPool2d(3, 2), (img,)),
+        "adaptive_avg_pool": (lambda: torch.nn.AdaptiveAvgPool2d(1), (img,)),
+        "max_pool": (lambda: torch.nn.MaxPool2d(2), (img,)),
+        "attention": (lambda: Apply(lambda a: F.scaled_dot_product_attention(a, a * 0.5, a)), (q,)),
+    }
+
+
+def _batch_norm(channels):
+    bn = torch.nn.BatchNorm2d(channels).eval()
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(channels, generator=g))
+        bn.running_var.copy_(torch.rand(channels, generator=g) + 0.5)
+        bn.weight.copy_(torch.randn(channels, generator=g))
+        bn.bias.copy_(torch.randn(channels, generator=g))
+    return bn
+
+
+SINGLE_OPS = single_ops()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", sorted(SINGLE_OPS))
+def test_single_op_rounds_once(name, dtype):
+    torch.manual_seed(0)
+    make, inputs = SINGLE_OPS[name]
+    check_op(make().eval().to(dtype), *(x.to(dtype) for x in inputs))
+
+
+def check_model(model, x, factor):
+    """No op left in PyTorch (E50001 otherwise), and Kiln's largest error against float64 within
+    `factor` times eager's at the same dtype."""
+    with torch.no_grad():
+        got = compile_kiln(model)(x)
+        eager = model(x)
+        truth = copy.deepcopy(model).double()(x if not x.is_floating_point() else x.double())
+    assert got.dtype == eager.dtype
+    kiln_error = (got.double() - truth).abs().max().item()
+    eager_error = (eager.double() - truth).abs().max().item()
+    assert kiln_error <= factor * eager_error, (kiln_error, eager_error)
+    return kiln_error, eager_error
+
+
+class Head(torch.nn.Module):
+    """Linear + GELU + LayerNorm + Softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 96)
+        self.norm = torch.nn.LayerNorm(96)
+
+    def forward(self, x):
+        return torch.softmax(self.norm(F.gelu(self.linear(x))), -1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_linear_gelu_layer_norm_softmax(dtype):
+    torch.manual_seed(1)
+    model = Head().eval().to(dtype)
+    x = torch.randn(4, 10, 64).to(dtype)
+    report = kiln.explain(model, x)
+    assert not report.fallback and len(report.partitions) == 1, str(report)
+    check_model(model, x, factor=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_conv_net(dtype):
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), _batch_norm(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 16, 3, stride=2), torch.nn.GroupNorm(4, 16),
+        torch.nn.SiLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10),
+    ).eval().to(dtype)
+    check_model(model, torch.randn(2, 3, 16, 16).to(dtype), factor=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+def test_bert_small(dtype):
+    model, ids = kiln.bench.models.build("bert-base", "small", 2)
+    model = model.to(dtype)
+    check_model(model, ids, factor=2)
