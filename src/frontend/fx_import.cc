@@ -227,7 +227,9 @@ Value* ConvertContext::add(const std::string& op, const std::vector<Value*>& inp
     operands.push_back({dtype, in->type().rank()});
   }
   const OpDef* def = OpRegistry::instance().find(op);
-  const DType result = low ? result_type(operands) : DType::F32;
+  const DType result = !low ? DType::F32
+                     : def     ? low_precision_result(*def, operands)
+                               : result_type(operands);
   if (def && low && is_low_precision_float(result) &&
       (def->computes_low_precision_in_f32 || reads_unrounded)) {
     // Built in f32, not cast back: the result is rounded once, by round_results.

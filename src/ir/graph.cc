@@ -136,7 +136,7 @@ std::vector<Value*> Graph::add_node(const std::string& op, const std::vector<Val
   }
   std::string node_name = name.empty() ? op : name;
   if (def->computes_low_precision_in_f32)
-    if (std::optional<DType> result = low_precision_result(inputs))
+    if (std::optional<DType> result = low_precision_result(*def, inputs))
       return add_node_through_f32(*this, *def, inputs, std::move(attrs), node_name, *result);
   std::vector<TensorType> out_types = infer_node_types(*def, node_name, in_types, attrs, symbols_);
   Node* n = add_node_with_types(op, inputs, std::move(attrs), out_types, node_name);

@@ -774,8 +774,9 @@ class Parser {
     std::vector<TensorType> in_types;
     for (Value* in : inputs) in_types.push_back(in->type());
     bool typed = !results.empty() && results[0].type.has_value();
-    const std::optional<DType> low =
-        !typed && def->computes_low_precision_in_f32 ? low_precision_result(inputs) : std::nullopt;
+    const std::optional<DType> low = !typed && def->computes_low_precision_in_f32
+                                         ? low_precision_result(*def, inputs)
+                                         : std::nullopt;
     if (low) {
       // f16/bf16 operands: built as the builder builds it (casts, the op in f32, casts back;
       // docs/ops.md), the results naming the casts back.

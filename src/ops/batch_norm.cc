@@ -265,6 +265,7 @@ void register_batch_norm_ops(OpRegistry& registry) {
   batch_norm.attrs = {{"eps", 1e-5}};
   batch_norm.infer = infer_batch_norm;
   batch_norm.computes_low_precision_in_f32 = true;
+  batch_norm.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
   batch_norm.kernels.push_back({"avx2", "native", avx2_unsupported, batch_norm_avx2});
 #endif
@@ -278,6 +279,7 @@ void register_batch_norm_ops(OpRegistry& registry) {
   group_norm.attrs = {{"num_groups", int64_t{1}, /*required=*/true}, {"eps", 1e-5}};
   group_norm.infer = infer_group_norm;
   group_norm.computes_low_precision_in_f32 = true;
+  group_norm.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
   group_norm.kernels.push_back({"avx2", "native", avx2_unsupported,
                                 group_norm_kernel<float, Avx2Ops>});

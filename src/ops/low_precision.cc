@@ -11,7 +11,12 @@ AttrMap cast_to(DType dtype) { return {{"dtype", std::string(dtype_name(dtype))}
 
 bool is_low_precision_float(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
-std::optional<DType> low_precision_result(std::span<const Value* const> inputs) {
+DType low_precision_result(const OpDef& def, std::span<const PromotionOperand> operands) {
+  return def.low_precision_keeps_input_dtype ? operands.front().dtype : result_type(operands);
+}
+
+std::optional<DType> low_precision_result(const OpDef& def,
+                                          std::span<const Value* const> inputs) {
   std::vector<PromotionOperand> operands;
   bool low = false;
   for (const Value* in : inputs) {
@@ -20,7 +25,7 @@ std::optional<DType> low_precision_result(std::span<const Value* const> inputs) 
     low |= is_low_precision_float(in->type().dtype);
   }
   if (!low) return std::nullopt;
-  return result_type(operands);
+  return low_precision_result(def, operands);
 }
 
 std::vector<Value*> add_node_through_f32(Graph& graph, const OpDef& def,

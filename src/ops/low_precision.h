@@ -19,11 +19,15 @@ namespace kiln {
 
 bool is_low_precision_float(DType dtype);  // f16 or bf16
 
-// For a node with an f16 or bf16 operand: the dtype of its floating results, torch.result_type
-// of its operands (torch.promote_types of their dtypes, rank-0 ones aside). f16 or bf16: the
-// node computes in f32 and rounds its results to it once; f32 (f16 with bf16, or an f32 tensor
-// among them): it computes in f32 and keeps the results. nullopt without such an operand.
-std::optional<DType> low_precision_result(std::span<const Value* const> inputs);
+// For a node of `def` with an f16 or bf16 operand: the dtype of its floating results,
+// torch.result_type of its operands (torch.promote_types of their dtypes, rank-0 ones aside), or
+// input 0's dtype for ops that keep it (OpDef::low_precision_keeps_input_dtype). f16 or bf16:
+// the node computes in f32 and rounds its results to it once; f32 (f16 with bf16, or an f32
+// tensor among them): it computes in f32 and keeps the results. nullopt without such an operand.
+std::optional<DType> low_precision_result(const OpDef& def,
+                                          std::span<const Value* const> inputs);
+// The same from the operands' dtypes and ranks (`operands` non-empty, input 0 first).
+DType low_precision_result(const OpDef& def, std::span<const PromotionOperand> operands);
 
 // Adds `def`'s node on `inputs` with each f16 or bf16 input cast to f32 (by a `to` named
 // `<input>_f32`), and casts each of its f32 results to `result` when that is f16 or bf16 (f32:

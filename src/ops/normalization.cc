@@ -248,6 +248,7 @@ void register_normalization_ops(OpRegistry& registry) {
   layer_norm.attrs = {{"normalized_ndim", int64_t{1}}, {"eps", 1e-5}};
   layer_norm.infer = infer_layer_norm;
   layer_norm.computes_low_precision_in_f32 = true;
+  layer_norm.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
   layer_norm.kernels.push_back({"avx2", "native", avx2_unsupported_reason, layer_norm_avx2});
 #endif

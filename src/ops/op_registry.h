@@ -169,6 +169,9 @@ struct OpDef {
   // result once: the builder (Graph::add_node) then builds the node in f32 between casts
   // (src/ops/low_precision.h), so infer and the kernels see only f32 and wider.
   bool computes_low_precision_in_f32 = false;
+  // With it: the result takes input 0's dtype rather than torch.result_type of all operands, as
+  // PyTorch's norms do (a bf16 input with f32 weights gives bf16).
+  bool low_precision_keeps_input_dtype = false;
 };
 
 class OpRegistry {

@@ -138,6 +138,7 @@ void register_rms_norm_ops(OpRegistry& registry) {
   def.attrs = {{"normalized_ndim", int64_t{1}}, {"eps", kDtypeEps}};
   def.infer = infer_rms_norm;
   def.computes_low_precision_in_f32 = true;
+  def.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
   def.kernels.push_back({"avx2", "native", avx2_unsupported_reason, rms_norm_avx2});
 #endif

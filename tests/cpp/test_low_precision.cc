@@ -100,6 +100,25 @@ TEST(LowPrecision, MixedDTypesFollowTypePromotion) {
   EXPECT_NE(message.find("not f16; insert a cast"), std::string::npos) << message;
 }
 
+TEST(LowPrecision, NormsKeepTheInputDType) {
+  // PyTorch's norms give x's dtype whatever their weights' (a bf16 input, f32 weights: bf16).
+  Graph g;
+  Value* x = g.add_input("x", type_of(DType::BF16, {2, 4, 8}));
+  Value* w = g.add_input("w", type_of(DType::F32, {8}));
+  Value* y = g.add("layer_norm", {x, w, w});
+  EXPECT_EQ(y->type(), type_of(DType::BF16, {2, 4, 8}));
+  EXPECT_EQ(y->producer()->op(), "to");
+  EXPECT_EQ(y->producer()->input(0)->producer()->op(), "layer_norm");
+  EXPECT_EQ(g.add("rms_norm", {x, w})->type(), type_of(DType::BF16, {2, 4, 8}));
+  // An f32 input with 2-byte weights stays f32.
+  Value* xf = g.add_input("xf", type_of(DType::F32, {2, 4, 8}));
+  Value* wb = g.add_input("wb", type_of(DType::BF16, {8}));
+  EXPECT_EQ(g.add("layer_norm", {xf, wb, wb})->type(), type_of(DType::F32, {2, 4, 8}));
+  // Other ops promote: a bf16 input with an f32 one gives f32.
+  Value* m = g.add_input("m", type_of(DType::F32, {8, 3}));
+  EXPECT_EQ(g.add("matmul", {x, m})->type(), type_of(DType::F32, {2, 4, 3}));
+}
+
 // One op's graph, in each 2-byte dtype: the result must be the f32 graph's result on the
 // widened inputs (the same kernels, compiled at O3) rounded once, bit for bit, and within one
 // ULP of the low dtype of the f32 reference kernels' result.

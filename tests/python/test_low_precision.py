@@ -76,6 +76,7 @@ def single_ops():
         "linear_no_bias": (lambda: torch.nn.Linear(40, 24, bias=False), (x,)),
         "bmm": (lambda: Apply(lambda a: torch.bmm(a, a.transpose(1, 2))), (x.reshape(2, 3, 40),)),
         "layer_norm": (lambda: torch.nn.LayerNorm(40), (x * 3 + 1,)),
+        "rms_norm": (lambda: torch.nn.RMSNorm(40), (x * 3 + 1,)),
         "softmax": (lambda: torch.nn.Softmax(-1), (x * 4,)),
         "log_softmax": (lambda: torch.nn.LogSoftmax(-1), (x * 4,)),
         "sum": (lambda: Apply(lambda a: a.sum(-1)), (x,)),
@@ -112,6 +113,15 @@ def test_single_op_rounds_once(name, dtype):
     torch.manual_seed(0)
     make, inputs = SINGLE_OPS[name]
     check_op(make().eval().to(dtype), *(x.to(dtype) for x in inputs))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm", "group_norm", "batch_norm"])
+def test_norm_with_f32_weights_keeps_the_input_dtype(name, dtype):
+    # PyTorch's norms give x's dtype with f32 weights (models kept in f32 fed 2-byte activations).
+    torch.manual_seed(0)
+    make, inputs = SINGLE_OPS[name]
+    check_op(make().eval(), *(x.to(dtype) for x in inputs))
 
 
 def check_model(model, x, factor):
