@@ -794,8 +794,9 @@ TEST(OpsElementwise, Avx2UlpErrorOverAllExponents) {
 // The transcendental kernels take a fast path for a vector whose lanes are all within a bound
 // (gelu 3.74, 4, 8 and 13, exp, sigmoid and silu 87) and the full one otherwise, and their
 // piecewise polynomials change pieces at breakpoints (erf at (k + 1/2) / 1.75, its small form
-// ending at 1.5 / 1.75, up to the clamp at 4; gelu (none) at odd multiples of 1/4 and at
-// (k + 1/2) / 0.8 beyond 3.74; gelu (tanh) at multiples of 1/4): every border and
+// ending at 1.5 / 1.75, up to the clamp at 4; gelu (none) at odd multiples of 1/4 within 3.74
+// and, for vectors reaching beyond, at 0.5, 1, 2, 3, 5, 7 and 11; gelu (tanh) at multiples of
+// 1/4): every border and
 // breakpoint, just inside and just outside, both signs, and every extreme value, in each lane of
 // a vector of values within the fast paths ([-1, 1]), of values mixing both sides of the bounds
 // ([-6, 6]) and of values beyond them ([-20, 20]), matches the reference within the op's bound.
@@ -804,7 +805,7 @@ TEST(OpsElementwise, Avx2FastPathBordersAndBreakpoints) {
   std::vector<float> borders = {3.74f, 3.92f, 4.0f, 8.0f, 13.0f, 87.0f};
   for (int k = 1; k < 16; ++k) borders.push_back(static_cast<float>(k) / 4);
   for (int k = 0; k < 7; ++k) borders.push_back((static_cast<float>(k) + 0.5f) / 1.75f);
-  for (int k = 3; k < 10; ++k) borders.push_back((static_cast<float>(k) + 0.5f) / 0.8f);
+  for (float b : {5.0f, 7.0f, 11.0f}) borders.push_back(b);
   std::vector<float> specials = test::extreme_floats();
   for (float border : borders)
     for (float b : {border, -border})
@@ -830,25 +831,31 @@ TEST(OpsElementwise, Avx2FastPathBordersAndBreakpoints) {
 // The piecewise polynomials over every 251st f32 of their range, both signs: erf on [0.01, 4]
 // (below, the every-1021st sweep covers its first piece; 1 ULP, its bound everywhere), gelu's
 // fast paths on [-3.74, 3.74] (Phi(-|x|), erf form) and [-4, 4] (sigmoid(-2u(|x|)), tanh form),
-// and the erf form's tail beyond 3.74 up to 13 (vectors there mix no other values): at most 3
-// and 2 ULP (gelu), what exhaustive sweeps of those ranges measured (every 5th and 7th f32 for
-// the fast paths, every f32 for the tail).
+// and the erf form's wide path on [-13, 13] (exp(-x^2/2) S(|x|)): beyond 3.74 alone, and within
+// 3.74 with every 8th value 13 so that each vector takes it: at most 3 and 2 ULP (gelu), what
+// exhaustive sweeps of those ranges measured (every 5th and 7th f32 for the fast paths, every
+// f32 for the wide path).
 TEST(OpsElementwise, Avx2PiecewisePolynomialUlp) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
   struct Range {
     std::string op, approximate;
     float low, high;
     int64_t max_ulp;
+    float companion = 0;  // when nonzero, every 8th value (one lane of each vector)
   };
   for (const Range& r : {Range{"erf", "", 0.01f, 4.0f, 1}, Range{"gelu", "none", 0.0f, 3.74f, 3},
                          Range{"gelu", "tanh", 0.0f, 4.0f, 2},
-                         Range{"gelu", "none", 3.74f, 13.0f, 3}}) {
-    SCOPED_TRACE(r.op + " " + r.approximate + " " + std::to_string(r.low));
+                         Range{"gelu", "none", 3.74f, 13.0f, 3},
+                         Range{"gelu", "none", 0.0f, 3.74f, 3, 13.0f}}) {
+    SCOPED_TRACE(r.op + " " + r.approximate + " " + std::to_string(r.low) + " " +
+                 std::to_string(r.companion));
     std::vector<float> values;
     for (uint32_t u = std::bit_cast<uint32_t>(r.low); u <= std::bit_cast<uint32_t>(r.high);
          u += 251) {
-      values.push_back(std::bit_cast<float>(u));
-      values.push_back(-std::bit_cast<float>(u));
+      for (float sign : {1.0f, -1.0f}) {
+        if (r.companion != 0 && values.size() % 8 == 7) values.push_back(r.companion);
+        values.push_back(sign * std::bit_cast<float>(u));
+      }
     }
     values.push_back(r.high);
     values.push_back(-r.high);

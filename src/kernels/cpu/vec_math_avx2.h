@@ -69,12 +69,15 @@ KILN_VEC ExpReduced exp_reduce(__m256 x) {
   return {r, n};
 }
 
-// e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (Cephes expf).
-KILN_VEC __m256 exp_polynomial(__m256 r) {
+// e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (Cephes expf); exp_polynomial_minus_one leaves the
+// 1 out, for callers that fold it into an FMA.
+KILN_VEC __m256 exp_polynomial_minus_one(__m256 r) {
   static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
                                 8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
-  const __m256 m = _mm256_fmadd_ps(polynomial(r, P), _mm256_mul_ps(r, r), r);
-  return _mm256_add_ps(m, splat(1.0f));
+  return _mm256_fmadd_ps(polynomial(r, P), _mm256_mul_ps(r, r), r);
+}
+KILN_VEC __m256 exp_polynomial(__m256 r) {
+  return _mm256_add_ps(exp_polynomial_minus_one(r), splat(1.0f));
 }
 
 KILN_VEC ExpParts exp_parts(__m256 hi, __m256 lo) {
@@ -245,51 +248,52 @@ KILN_VEC __m256 normal_cdf_minus(__m256 z) {
   return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
 }
 
-// z Phi(-z) e^(z^2 / 2) = z erfcx(z / sqrt 2) / 2 for z in [3.7, 13] (it falls from 0.396 to
-// 0.375 towards 3.7) with a relative error below 1.2 * 2^-24: 8 pieces of width 1.25 centred on
-// k / 0.8 (k = round(0.8 z), 3..10), each a degree-5 polynomial in v = 0.8 z - k (|v| <= 1/2),
-// fitted for relative error with f32 coefficients; a permute picks each lane's coefficient by
-// k's low 3 bits.
+// S(z) = z Phi(-z) e^(z^2 / 2) = z erfcx(z / sqrt 2) / 2 for z in [0, 13] (z / 2 near 0, then
+// smooth, tending to 1 / sqrt(2 pi)) with a relative error below 0.6 * 2^-24 (fit; f32
+// evaluation adds its roundings): 8 pieces whose width doubles every other piece ([0, 0.5),
+// [0.5, 1), [1, 2), [2, 3), [3, 5), [5, 7), [7, 11), [11, 15)), picked by z + 1's exponent and
+// top mantissa bit (bits 22 up, whose low 3 bits are the permute index: slot s holds piece
+// (s + 2) mod 8); each a degree-7 polynomial in v = a z + b (a a power of two, one rounding;
+// |v| <= 1/2, but v = 2z in [0, 1] in the first piece, whose coefficients 0 and 1/4 make S = z/2
+// exactly for tiny z), fitted for relative error with f32 coefficients, evaluated by Estrin's
+// scheme.
 KILN_VEC __m256 gelu_erf_tail_factor(__m256 z) {
-  alignas(32) static constexpr float C[6][8] = {
-      {3.950669467e-01f, 3.958620727e-01f, 3.964365721e-01f, 3.751470447e-01f, 3.845965266e-01f, 3.894280493e-01f, 3.921982348e-01f, 3.939235508e-01f},
-      {9.416253306e-04f, 6.691015442e-04f, 4.919260391e-04f, 1.350880507e-02f, 6.488163490e-03f, 3.555630567e-03f, 2.140883822e-03f, 1.382304588e-03f},
-      {-1.702401205e-04f, -1.085595286e-04f, -7.210664626e-05f, -5.522704218e-03f, -2.139534568e-03f, -9.769413155e-04f, -5.023753038e-04f, -2.826817217e-04f},
-      {2.706148007e-05f, 1.544836960e-05f, 9.265566405e-06f, 1.961353701e-03f, 6.109345704e-04f, 2.340297651e-04f, 1.032216896e-04f, 5.068400787e-05f},
-      {-3.304345455e-06f, -7.142044183e-07f, -5.493395179e-07f, -6.850644713e-04f, -1.627402671e-04f, -5.167040581e-05f, -1.903209341e-05f, -6.995092917e-06f},
-      {5.695275149e-07f, 2.630801816e-07f, 6.293047932e-07f, 2.127335465e-04f, 4.013193757e-05f, 1.092291677e-05f, 3.576198196e-06f, 1.350515049e-06f},
-  };  // C[degree][k mod 8]
-  const __m256 magic = splat(12582912.0f);  // as in normal_cdf_minus
-  const __m256 shifted = _mm256_fmadd_ps(z, splat(0.8f), magic);
-  const __m256 v = _mm256_fmsub_ps(z, splat(0.8f), _mm256_sub_ps(shifted, magic));
-  const __m256i piece = _mm256_castps_si256(shifted);
-  const auto c = [&](int i) KILN_TARGET_AVX2 {
-    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
+  alignas(32) static constexpr float A[8] = {1.0f, 1.0f, 0.5f, 0.5f, 0.25f, 0.25f, 2.0f, 2.0f};
+  alignas(32) static constexpr float B[8] = {-1.5f, -2.5f, -2.0f, -3.0f, -2.25f, -3.25f, 0.0f, -1.5f};
+  alignas(32) static constexpr float C[8][8] = {
+      {3.086709976e-01f, 3.533283174e-01f, 3.776425719e-01f, 3.886758983e-01f, 3.941890895e-01f, 3.966223896e-01f, 0.000000000e+00f, 2.251743525e-01f},
+      {7.037373632e-02f, 2.729644626e-02f, 1.842355169e-02f, 6.361898966e-03f, 4.080644809e-03f, 1.403276110e-03f, 2.500000000e-01f, 8.495326340e-02f},
+      {-3.749107942e-02f, -1.149306167e-02f, -1.150514372e-02f, -2.894609468e-03f, -2.598899882e-03f, -6.331371842e-04f, -9.973549098e-02f, -2.751343511e-02f},
+      {1.644178852e-02f, 4.070568830e-03f, 6.168564316e-03f, 1.146851457e-03f, 1.456475817e-03f, 2.525031159e-04f, 3.124850430e-02f, 7.179790642e-03f},
+      {-6.327510346e-03f, -1.289364183e-03f, -2.994160634e-03f, -4.146606079e-04f, -7.565570995e-04f, -9.354006761e-05f, -8.301700465e-03f, -1.618091832e-03f},
+      {2.206903184e-03f, 3.726709401e-04f, 1.357854693e-03f, 1.444467780e-04f, 3.702158865e-04f, 3.337561793e-05f, 1.924251323e-03f, 3.288486623e-04f},
+      {-7.430342375e-04f, -9.868678899e-05f, -6.377458340e-04f, -5.629327643e-05f, -1.917928166e-04f, -1.271428937e-05f, -3.703142575e-04f, -6.456546544e-05f},
+      {2.301638451e-04f, 2.960540587e-05f, 2.637599828e-04f, 1.357711699e-05f, 9.644825332e-05f, 3.920995368e-06f, 4.416792217e-05f, 7.037152955e-06f},
+  };  // C[degree][slot]
+  const __m256i piece =
+      _mm256_srli_epi32(_mm256_castps_si256(_mm256_add_ps(z, splat(1.0f))), 22);
+  const auto c = [&](const float* row) KILN_TARGET_AVX2 {
+    return _mm256_permutevar8x32_ps(_mm256_load_ps(row), piece);
   };
-  __m256 p = c(5);
-#pragma GCC unroll 5
-  for (int i = 4; i >= 0; --i) p = _mm256_fmadd_ps(p, v, c(i));
-  return p;
-}
-
-// z Phi(-z) for z in [3.7, 13]: exp(-z^2 / 2), z^2 split into hi + lo exactly (FMA), times
-// gelu_erf_tail_factor. z^2 / 2 <= 84.5 keeps 2^n and the result normal, so one multiply
-// scales.
-KILN_VEC __m256 gelu_erf_tail(__m256 z) {
-  const __m256 z2 = _mm256_mul_ps(z, z);
-  const __m256 z2_lo = _mm256_fmsub_ps(z, z, z2);
-  const ExpParts e =
-      exp_parts_in_range(_mm256_mul_ps(z2, splat(-0.5f)), _mm256_mul_ps(z2_lo, splat(-0.5f)));
-  return _mm256_mul_ps(_mm256_mul_ps(e.m, gelu_erf_tail_factor(z)), pow2(e.n));
+  const __m256 v = _mm256_fmadd_ps(z, c(A), c(B));
+  const __m256 v2 = _mm256_mul_ps(v, v);
+  const __m256 p01 = _mm256_fmadd_ps(c(C[1]), v, c(C[0]));
+  const __m256 p23 = _mm256_fmadd_ps(c(C[3]), v, c(C[2]));
+  const __m256 p45 = _mm256_fmadd_ps(c(C[5]), v, c(C[4]));
+  const __m256 p67 = _mm256_fmadd_ps(c(C[7]), v, c(C[6]));
+  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
+  return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
 }
 
 // Three paths, by the vector's largest |x|:
 //  * all within [-3.74, 3.74] (most activations; below 3.75, where round(2z) would reach 8):
 //    x Phi(x) = x p below 0 and x - x p (rounded once) above, p = Phi(-|x|) (normal_cdf_minus);
 //    blendv picks by x's sign bit, so -0 gives -0.
-//  * all within [-13, 13] (wide inputs): the same in lanes within 3.74, and with t = |x| Phi(-|x|)
-//    (gelu_erf_tail) -t below 0 and x - t above in the others, a blend rather than a branch, so a
-//    vector mixing both takes no slow path; lanes within 3.74 get the first path's bits.
+//  * all within [-13, 13] (wide inputs): one formula for every lane, t = |x| Phi(-|x|) =
+//    m 2^n S(|x|) with exp(-x^2 / 2) = m 2^n (x^2 split into hi + lo exactly, FMA) and
+//    S = gelu_erf_tail_factor; -t below 0 and x - t above. One exp and one polynomial, where
+//    the first path's p, a tail formula and a blend cost twice the polynomials; the lanes within
+//    3.74 do not get the first path's bits (both are within the op's bound).
 //  * otherwise (|x| > 13, where the result underflows towards the subnormals, inf, NaN):
 //    gelu_erf_any.
 KILN_VEC __m256 gelu_erf(__m256 x) {
@@ -300,13 +304,15 @@ KILN_VEC __m256 gelu_erf(__m256 x) {
   }
   if (!all_within(x, 13.0f)) [[unlikely]]
     return gelu_erf_any(x);
-  // normal_cdf_minus stays finite beyond 3.75 (v stays within 1/2), and gelu_erf_tail below
-  // 3.7: the blend drops those lanes.
-  const __m256 p = normal_cdf_minus(ax);
-  const __m256 central = _mm256_blendv_ps(_mm256_fnmadd_ps(x, p, x), _mm256_mul_ps(x, p), x);
-  const __m256 t = gelu_erf_tail(ax);
-  const __m256 tail = _mm256_blendv_ps(_mm256_sub_ps(x, t), _mm256_or_ps(t, splat(-0.0f)), x);
-  return _mm256_blendv_ps(tail, central, _mm256_cmp_ps(ax, splat(3.74f), _CMP_LE_OQ));
+  // exp(-x^2 / 2) = (1 + q) 2^n as in exp_parts_in_range, and m S = S + S q in one FMA (a
+  // rounding fewer). x^2 / 2 <= 84.5 keeps 2^n and t normal, so one multiply scales.
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 x2_lo = _mm256_fmsub_ps(x, x, x2);
+  const ExpReduced e = exp_reduce(_mm256_mul_ps(x2, splat(-0.5f)));
+  const __m256 q = exp_polynomial_minus_one(_mm256_fmadd_ps(x2_lo, splat(-0.5f), e.r));
+  const __m256 s = gelu_erf_tail_factor(ax);
+  const __m256 t = _mm256_mul_ps(_mm256_fmadd_ps(s, q, s), pow2(_mm256_cvtps_epi32(e.n)));
+  return _mm256_blendv_ps(_mm256_sub_ps(x, t), _mm256_or_ps(t, splat(-0.0f)), x);
 }
 
 // sigmoid(-2u) with u = sqrt(2/pi) (z + 0.044715 z^3), for z in [0, 4], with a relative error
@@ -346,14 +352,42 @@ KILN_VEC __m256 gelu_tanh_sigmoid_minus(__m256 z) {
   return p;
 }
 
+// 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) = x (k0 + k1 x^2) as hi + lo for |x| <= 8, in f32
+// pairs (k0, k1 and x^2 split exactly, FMA; 2Sum for k0 + k1 x^2): as accurate as the double
+// evaluation below, without its conversions (products of two low parts, below 2^-46 of the
+// result, are dropped).
+struct GeluTanhArgument {
+  __m256 hi, lo;
+};
+KILN_VEC GeluTanhArgument gelu_tanh_argument(__m256 x) {
+  const __m256 k0 = splat(1.595769167e+00f), k0_lo = splat(-4.534068054e-08f);
+  const __m256 k1 = splat(7.135481387e-02f), k1_lo = splat(2.398832466e-09f);
+  const __m256 x2 = _mm256_mul_ps(x, x), x2_lo = _mm256_fmsub_ps(x, x, x2);
+  const __m256 p = _mm256_mul_ps(k1, x2), p_lo = _mm256_fmsub_ps(k1, x2, p);
+  // k0 + p exactly as s + s_lo (Fast2Sum on the larger and the smaller: both are positive).
+  const __m256 big = _mm256_max_ps(p, k0), small = _mm256_min_ps(p, k0);
+  const __m256 s = _mm256_add_ps(big, small);
+  const __m256 s_lo = _mm256_sub_ps(small, _mm256_sub_ps(s, big));
+  const __m256 lo = _mm256_add_ps(
+      _mm256_add_ps(_mm256_fmadd_ps(k1, x2_lo, p_lo), _mm256_fmadd_ps(k1_lo, x2, k0_lo)), s_lo);
+  const __m256 hi = _mm256_mul_ps(x, s);
+  return {hi, _mm256_fmadd_ps(x, lo, _mm256_fmsub_ps(x, s, hi))};
+}
+
 // PyTorch's tanh approximation 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as
 // x sigmoid(2u): for vectors all within [-4, 4], x s or x - x s (rounded once) with
-// s = sigmoid(-2u(|x|)) above. Otherwise 2u is computed in double and split into hi + lo: for
-// x << 0 the result is about x exp(2u), whose relative error is |2u| times that of 2u.
+// s = sigmoid(-2u(|x|)) above. Otherwise 2u is computed as hi + lo (in f32 pairs within [-8, 8],
+// in double beyond): for x << 0 the result is about x exp(2u), whose relative error is |2u|
+// times that of 2u.
 KILN_VEC __m256 gelu_tanh(__m256 x) {
   if (all_within(x, 4.0f)) [[likely]] {
     const __m256 s = gelu_tanh_sigmoid_minus(abs(x));
     return _mm256_blendv_ps(_mm256_fnmadd_ps(x, s, x), _mm256_mul_ps(x, s), x);
+  }
+  // |x| <= 8: |2u| <= 50 and the result is normal, so scaling last changes nothing.
+  if (all_within(x, 8.0f)) [[likely]] {
+    const GeluTanhArgument u2 = gelu_tanh_argument(x);
+    return _mm256_mul_ps(x, sigmoid_in_range(u2.hi, u2.lo));
   }
   const __m256d k0 = _mm256_set1_pd(1.5957691216057308);  // 2 sqrt(2/pi)
   const __m256d k1 = _mm256_set1_pd(1.5957691216057308 * 0.044715);
@@ -365,9 +399,6 @@ KILN_VEC __m256 gelu_tanh(__m256 x) {
   const __m128 lo0 = _mm256_cvtpd_ps(_mm256_sub_pd(v0, _mm256_cvtps_pd(hi0)));
   const __m128 lo1 = _mm256_cvtpd_ps(_mm256_sub_pd(v1, _mm256_cvtps_pd(hi1)));
   const __m256 hi = _mm256_set_m128(hi1, hi0), lo = _mm256_set_m128(lo1, lo0);
-  // |x| <= 8: |2u| <= 50 and the result is normal, so scaling last changes nothing.
-  if (all_within(x, 8.0f)) [[likely]]
-    return _mm256_mul_ps(x, sigmoid_in_range(hi, lo));
   const SigmoidParts sig = sigmoid_parts(hi, lo);
   return ldexp(_mm256_mul_ps(x, sig.m), sig.n);
 }
