@@ -10,6 +10,7 @@ namespace kiln {
 namespace {
 
 using test::expect_rewrite;
+using test::expect_rewritten;
 using test::expect_unchanged;
 using test::random_inputs;
 using test::run_with;
@@ -144,7 +145,7 @@ graph @g {
 // Symbolic batch and sequence: the folded node infers the same symbolic type.
 TEST(FoldPermuteIntoAttention, SymbolicDims) {
   auto pass = make_fold_permute_into_attention();
-  auto g = parse_graph(R"(
+  expect_rewritten(*pass, *parse_graph(R"(
 graph @g {
   sym B in [1, 8]
   sym S in [1, 1024]
@@ -153,12 +154,10 @@ graph @g {
   %a = scaled_dot_product_attention(%qh, %qh, %qh) {is_causal = true}
   %y = permute(%a) {dims = [0, 2, 1, 3]}
   output %y
-})");
-  // q is read three times through one permute: the permute has other readers and stays; the
-  // output permute folds.
-  EXPECT_TRUE(pass->run(*g));
-  verify(*g);
-  EXPECT_EQ(print_graph(*g), print_graph(*parse_graph(R"(
+})"),
+                   // q is read three times through one permute: the permute has other readers
+                   // and stays; the output permute folds.
+                   R"(
 graph @g {
   sym B in [1, 8]
   sym S in [1, 1024]
@@ -166,8 +165,8 @@ graph @g {
   %qh : f32[B, 4, S, 16] = permute(%q) {dims = [0, 2, 1, 3]}
   %y_1 : f32[B, S, 4, 16] = scaled_dot_product_attention(%qh, %qh, %qh) {is_causal = true, out_heads_second_last = true}
   output %y_1
-})")));
-  auto h = parse_graph(R"(
+})");
+  expect_rewritten(*pass, *parse_graph(R"(
 graph @g {
   sym B in [1, 8]
   sym S in [1, 1024]
@@ -177,11 +176,9 @@ graph @g {
   %kh = permute(%k) {dims = [0, 2, 1, 3]}
   %a = scaled_dot_product_attention(%qh, %kh, %kh)
   output %a
-})");
-  // k's permute feeds k and v: two readers, so only q folds.
-  EXPECT_TRUE(pass->run(*h));
-  verify(*h);
-  EXPECT_EQ(print_graph(*h), print_graph(*parse_graph(R"(
+})"),
+                   // k's permute feeds k and v: two readers, so only q folds.
+                   R"(
 graph @g {
   sym B in [1, 8]
   sym S in [1, 1024]
@@ -190,7 +187,7 @@ graph @g {
   %kh : f32[B, 4, S, 16] = permute(%k) {dims = [0, 2, 1, 3]}
   %a_1 : f32[B, 4, S, 16] = scaled_dot_product_attention(%q, %kh, %kh) {q_heads_second_last = true}
   output %a_1
-})")));
+})");
 }
 
 TEST(FoldPermuteIntoAttention, MustNotFire) {

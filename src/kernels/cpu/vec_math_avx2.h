@@ -216,6 +216,20 @@ KILN_VEC __m256 gelu_erf_any(__m256 x) {
   return _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, splat(0.70710678f), _CMP_LT_OQ));
 }
 
+// A degree-7 polynomial in v whose coefficients each lane picks from 8 pieces (C[degree][piece],
+// by the low 3 bits of `piece`), evaluated by Estrin's scheme: a dependency chain short enough
+// for a loop's iterations to overlap. A permute picks the coefficients: no gather.
+KILN_VEC __m256 piecewise_degree7(const float (&C)[8][8], __m256i piece, __m256 v) {
+  const auto c = [&](int i) KILN_TARGET_AVX2 {
+    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
+  };
+  const __m256 v2 = _mm256_mul_ps(v, v);
+  const __m256 p01 = _mm256_fmadd_ps(c(1), v, c(0)), p23 = _mm256_fmadd_ps(c(3), v, c(2));
+  const __m256 p45 = _mm256_fmadd_ps(c(5), v, c(4)), p67 = _mm256_fmadd_ps(c(7), v, c(6));
+  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
+  return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
+}
+
 // Phi(-z) = erfc(z / sqrt 2) / 2 for z in [0, 3.75) with a relative error below 3.3 * 2^-24:
 // 8 pieces centred on k / 2 (k = round(2z), 0..7), each a degree-7 polynomial in v = 2z - k
 // (|v| <= 1/2, exact), fitted for relative error with f32 coefficients and evaluated by
@@ -238,14 +252,7 @@ KILN_VEC __m256 normal_cdf_minus(__m256 z) {
   const __m256 shifted = _mm256_fmadd_ps(z, splat(2.0f), magic);
   const __m256 v = _mm256_fmsub_ps(z, splat(2.0f), _mm256_sub_ps(shifted, magic));
   const __m256i piece = _mm256_castps_si256(shifted);
-  const auto c = [&](int i) KILN_TARGET_AVX2 {
-    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
-  };
-  const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 p01 = _mm256_fmadd_ps(c(1), v, c(0)), p23 = _mm256_fmadd_ps(c(3), v, c(2));
-  const __m256 p45 = _mm256_fmadd_ps(c(5), v, c(4)), p67 = _mm256_fmadd_ps(c(7), v, c(6));
-  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
-  return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
+  return piecewise_degree7(C, piece, v);
 }
 
 // S(z) = z Phi(-z) e^(z^2 / 2) = z erfcx(z / sqrt 2) / 2 for z in [0, 13] (z / 2 near 0, then
@@ -276,13 +283,7 @@ KILN_VEC __m256 gelu_erf_tail_factor(__m256 z) {
     return _mm256_permutevar8x32_ps(_mm256_load_ps(row), piece);
   };
   const __m256 v = _mm256_fmadd_ps(z, c(A), c(B));
-  const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 p01 = _mm256_fmadd_ps(c(C[1]), v, c(C[0]));
-  const __m256 p23 = _mm256_fmadd_ps(c(C[3]), v, c(C[2]));
-  const __m256 p45 = _mm256_fmadd_ps(c(C[5]), v, c(C[4]));
-  const __m256 p67 = _mm256_fmadd_ps(c(C[7]), v, c(C[6]));
-  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
-  return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
+  return piecewise_degree7(C, piece, v);
 }
 
 // Three paths, by the vector's largest |x|:
@@ -431,15 +432,7 @@ KILN_VEC __m256 erf(__m256 x) {
   const __m256 k = _mm256_sub_ps(shifted, magic);
   const __m256 v = _mm256_fmsub_ps(z, splat(1.75f), k);
   const __m256i piece = _mm256_castps_si256(shifted);
-  const auto c = [&](int i) KILN_TARGET_AVX2 {
-    return _mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece);
-  };
-  // Estrin's scheme: a dependency chain short enough for the loop's iterations to overlap.
-  const __m256 v2 = _mm256_mul_ps(v, v);
-  const __m256 p01 = _mm256_fmadd_ps(c(1), v, c(0)), p23 = _mm256_fmadd_ps(c(3), v, c(2));
-  const __m256 p45 = _mm256_fmadd_ps(c(5), v, c(4)), p67 = _mm256_fmadd_ps(c(7), v, c(6));
-  const __m256 p03 = _mm256_fmadd_ps(p23, v2, p01), p47 = _mm256_fmadd_ps(p67, v2, p45);
-  const __m256 p = _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
+  const __m256 p = piecewise_degree7(C, piece, v);
   const __m256 small = _mm256_fmadd_ps(ax, splat(1.1283792f), _mm256_mul_ps(ax, p));
   const __m256 large = _mm256_sub_ps(splat(1.0f), p);
   const __m256 magnitude =
