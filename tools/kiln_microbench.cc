@@ -497,9 +497,10 @@ std::vector<ConvCase> resnet50_convs(bool smoke) {
 }
 
 Json bench_conv(const Options& o, const Peak& peak, bool& mismatch) {
-  // The layout the format stage gives chains of convolutions on this CPU, where the tensor can
-  // take it (the stem's 3 channels can't be blocked).
-  const Layout preferred = cpu::onednn_preferred_conv_layout();
+  // The layout the format stage gives ResNet-50's chain on this CPU (its first candidate: every
+  // channel count is a multiple of 16), where the tensor can take it (the stem's 3 channels are
+  // read plain).
+  const Layout preferred = cpu::conv_layout_candidates().front();
   auto layout_for = [&](const std::vector<int64_t>& sizes) {
     return layout_problem(make_shape(sizes), preferred).empty() ? preferred : Layout::Plain;
   };

@@ -1,16 +1,19 @@
 // Layout choice (stage format). Convolutions connected through their data (x or the residual r)
-// form a chain that shares one layout L, the one oneDNN's convolutions prefer on this CPU (format
-// `any`: nChw8c with AVX2, nhwc or nChw16c with AVX-512), so that activations stay in L from one
-// convolution to the next; explicit reorder nodes appear only where a chain meets the rest of the
-// graph (graph inputs and outputs stay plain, as PyTorch passes them):
+// form a chain that shares one layout L, so that activations stay in L from one convolution to the
+// next; explicit reorder nodes appear only where a chain meets the rest of the graph (graph inputs
+// and outputs stay plain, as PyTorch passes them):
 //   %a = conv2d(%x, %w1) ; %b = conv2d(%a, %w2) ; %c = relu(%b) ; output %c
 //     →  %xL = reorder(%x) {layout = L}
 //        %a' : <L> = conv2d(%xL, %w1) {layout = L} ; %b' : <L> = conv2d(%a', %w2) {layout = L}
 //        %p = reorder(%b') {layout = "plain"} ; %c = relu(%p) ; output %c
-// x stays as it is when its channels don't suit L (a stem convolution reads its 3 plain channels
-// directly). Only f32 convolutions whose output channels suit L join a chain. A max or average
-// pooling of a chain member's output joins the chain too (pooling keeps the channels, and its
-// kernels take every layout), so ResNet's stem conv → max_pool2d → conv stays in L:
+// L is the first of the pass's candidate layouts (cpu::conv_layout_candidates: measured per CPU)
+// that fits every member: each output's channels suit it, and so does each input from outside
+// the chain, or x has fewer channels than a block (oneDNN's first-layer kernels read such an x
+// plain, as a stem convolution reads its 3 channels). A chain that no candidate fits takes the
+// last one, the fallback, in which x stays as it is when its channels don't suit. Only f32
+// convolutions whose output channels suit the fallback join a chain. A max or average pooling of
+// a chain member's output joins the chain too (pooling keeps the channels, and its kernels take
+// every layout), so ResNet's stem conv → max_pool2d → conv stays in L:
 //   %a : <L> = conv2d(...) ; %m = max_pool2d(%a) ; %b = conv2d(%m, %w)
 //     →  %m' : <L> = max_pool2d(%a) ; %b' : <L> = conv2d(%m', %w) {layout = L}
 // instead of reorders to plain before the pooling and back to L after it. The weights stay
@@ -49,7 +52,9 @@ std::vector<size_t> data_inputs(const Node& n) {
 
 class ChooseLayouts final : public Pass {
  public:
-  explicit ChooseLayouts(Layout preferred) : preferred_(preferred) {}
+  explicit ChooseLayouts(std::vector<Layout> candidates) : candidates_(std::move(candidates)) {
+    KILN_ASSERT(!candidates_.empty(), "choose_layouts needs at least its fallback layout");
+  }
   std::string name() const override { return "choose_layouts"; }
 
   bool run(Graph& g) override {
@@ -63,7 +68,8 @@ class ChooseLayouts final : public Pass {
       for (size_t i : data_inputs(*n))
         if (Node* p = n->input(i)->producer(); p && parent_.count(p)) parent_[find(p)] = find(n);
 
-    // Each chain's layout: its pinned one, else the preferred one. Only convolutions pin.
+    // Each chain's layout: its pinned one, else the first candidate that fits it. Only
+    // convolutions pin.
     std::unordered_map<Node*, Node*> pinned_by;  // chain root → its first pinned member
     for (Node* n : members) {
       if (!is_conv(*n) || layout_of(*n) == Layout::Plain) continue;
@@ -73,9 +79,21 @@ class ChooseLayouts final : public Pass {
                                       layout_name(layout_of(*it->second)) + " and " +
                                       layout_name(layout_of(*n)));
     }
+    std::unordered_map<Node*, Layout> unpinned;  // chain root → its layout
+    for (Layout candidate : candidates_) {
+      std::unordered_map<Node*, bool> fits;  // chain root → whether every member fits
+      for (Node* n : members) {
+        auto [it, first] = fits.emplace(find(n), true);
+        it->second = it->second && member_fits(*n, candidate);
+      }
+      for (auto [root, fit] : fits)
+        if (fit && !pinned_by.count(root)) unpinned.emplace(root, candidate);  // keeps the first
+    }
     auto chain_layout = [&](Node* n) {
-      auto it = pinned_by.find(find(n));
-      return it == pinned_by.end() ? preferred_ : layout_of(*it->second);
+      Node* root = find(n);
+      if (auto it = pinned_by.find(root); it != pinned_by.end()) return layout_of(*it->second);
+      auto it = unpinned.find(root);
+      return it == unpinned.end() ? fallback() : it->second;
     };
     for (Node* n : members) {
       const std::string problem = layout_problem(n->output()->type().shape, chain_layout(n));
@@ -95,6 +113,23 @@ class ChooseLayouts final : public Pass {
   }
 
  private:
+  Layout fallback() const { return candidates_.back(); }
+
+  // Whether `layout` fits chain member `n` (see the top of the file).
+  bool member_fits(const Node& n, Layout layout) const {
+    if (!layout_problem(n.output()->type().shape, layout).empty()) return false;
+    const int64_t block = layout_channel_block(layout);
+    for (size_t i : data_inputs(n)) {
+      const Value* v = n.input(i);
+      if (Node* p = v->producer(); p && parent_.count(p)) continue;  // a member's output
+      const Shape& shape = v->type().shape;
+      const bool read_plain = is_conv(n) && i == 0 && shape.size() == 4 &&
+                              shape[1].is_static() && shape[1].size() < block;
+      if (!read_plain && !layout_problem(shape, layout).empty()) return false;
+    }
+    return true;
+  }
+
   // Nodes come in topological order, so a pooling's producer has been decided before it.
   bool joins(const Node& n) const {
     if (n.output()->type().dtype != DType::F32) return false;
@@ -104,8 +139,8 @@ class ChooseLayouts final : public Pass {
     }
     if (!is_conv(n)) return false;
     return layout_of(n) != Layout::Plain ||
-           (preferred_ != Layout::Plain &&
-            layout_problem(n.output()->type().shape, preferred_).empty());
+           (fallback() != Layout::Plain &&
+            layout_problem(n.output()->type().shape, fallback()).empty());
   }
 
   Node* find(Node* n) {
@@ -163,7 +198,7 @@ class ChooseLayouts final : public Pass {
     return true;
   }
 
-  Layout preferred_;
+  std::vector<Layout> candidates_;  // in order of preference; the last is the fallback
   std::unordered_map<Node*, Node*> parent_;  // union-find over chain members
   std::map<std::pair<Value*, Layout>, Value*> reorders_;
   std::vector<Node*> created_;
@@ -171,12 +206,12 @@ class ChooseLayouts final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_choose_layouts(Layout preferred) {
-  return std::make_unique<ChooseLayouts>(preferred);
+std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates) {
+  return std::make_unique<ChooseLayouts>(std::move(candidates));
 }
 
 std::unique_ptr<Pass> make_choose_layouts() {
-  return make_choose_layouts(cpu::onednn_preferred_conv_layout());
+  return make_choose_layouts(cpu::conv_layout_candidates());
 }
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "passes/pass.h"
 
@@ -30,8 +31,9 @@ std::unique_ptr<Pass> make_fold_pad_into_conv();
 std::unique_ptr<Pass> make_fold_conv_batch_norm();
 std::unique_ptr<Pass> make_fuse_conv_epilogue();
 
-// Stage format: convolution chains in the layout oneDNN prefers on this CPU, or in `preferred`.
+// Stage format: convolution chains in the first of this CPU's candidate layouts that fits them
+// (cpu::conv_layout_candidates), or of `candidates` (the last the fallback).
 std::unique_ptr<Pass> make_choose_layouts();
-std::unique_ptr<Pass> make_choose_layouts(Layout preferred);
+std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates);
 
 }  // namespace kiln

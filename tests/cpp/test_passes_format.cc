@@ -58,7 +58,7 @@ const std::string kChainBlocked = R"(graph @g {
 })";
 
 TEST(ChooseLayouts, ReordersOnlyAtChainBoundaries) {
-  auto pass = make_choose_layouts(Layout::NChw8c);
+  auto pass = make_choose_layouts({Layout::NChw8c});
   // expect_rewrite also checks the reference kernels give the plain graph's results bit for bit.
   expect_rewrite(*pass, kChain, kChainBlocked);
 }
@@ -73,7 +73,7 @@ TEST(ChooseLayouts, BestKernelsAgreeWithThePlainGraph) {
     SCOPED_TRACE(layout_name(layout));
     auto original = parse_graph(kChain);
     auto g = original->clone();
-    ASSERT_TRUE(make_choose_layouts(layout)->run(*g));
+    ASSERT_TRUE(make_choose_layouts({layout})->run(*g));
     std::mt19937 rng(3);
     std::vector<Tensor> inputs, magnitudes;
     for (const Value* in : original->inputs()) {
@@ -93,14 +93,14 @@ TEST(ChooseLayouts, BestKernelsAgreeWithThePlainGraph) {
 }
 
 TEST(ChooseLayouts, SecondRunChangesNothing) {
-  auto pass = make_choose_layouts(Layout::NChw8c);
+  auto pass = make_choose_layouts({Layout::NChw8c});
   expect_unchanged(*pass, kChainBlocked);
 }
 
 TEST(ChooseLayouts, LeavesUnsuitableConvolutionsPlain) {
   // No preferred layout (a CPU without AVX2), f64, and 12 channels, which blocks of 8 don't divide.
-  expect_unchanged(*make_choose_layouts(Layout::Plain), kChain);
-  auto pass = make_choose_layouts(Layout::NChw8c);
+  expect_unchanged(*make_choose_layouts({Layout::Plain}), kChain);
+  auto pass = make_choose_layouts({Layout::NChw8c});
   expect_unchanged(*pass, R"(graph @g {
   input %x : f64[1, 8, 4, 4]
   input %w : f64[8, 8, 1, 1]
@@ -115,6 +115,58 @@ TEST(ChooseLayouts, LeavesUnsuitableConvolutionsPlain) {
 })");
 }
 
+// With several candidates each chain takes the first that fits all of it: the first chain's
+// channels are multiples of 16 (its stem reads x's 3 channels plain), the second has a
+// 24-channel member and falls back to nhwc, where its input is reordered.
+TEST(ChooseLayouts, EachChainTakesTheFirstCandidateThatFitsIt) {
+  auto pass = make_choose_layouts({Layout::NChw16c, Layout::NHWC});
+  expect_rewrite(*pass, R"(graph @g {
+  input %x : f32[1, 3, 8, 8]
+  input %y : f32[1, 16, 8, 8]
+  input %w1 : f32[16, 3, 3, 3]
+  input %w2 : f32[32, 16, 1, 1]
+  input %v1 : f32[24, 16, 1, 1]
+  input %v2 : f32[16, 24, 1, 1]
+  %a = conv2d(%x, %w1) {padding = [1, 1]}
+  %b = conv2d(%a, %w2)
+  %c = conv2d(%y, %v1)
+  %d = conv2d(%c, %v2)
+  output %b, %d
+})",
+                 R"(graph @g {
+  input %x : f32[1, 3, 8, 8]
+  input %y : f32[1, 16, 8, 8]
+  input %w1 : f32[16, 3, 3, 3]
+  input %w2 : f32[32, 16, 1, 1]
+  input %v1 : f32[24, 16, 1, 1]
+  input %v2 : f32[16, 24, 1, 1]
+  %a_1 : f32[1, 16, 8, 8]<nChw16c> = conv2d(%x, %w1) {layout = "nChw16c", padding = [1, 1]}
+  %b_1 : f32[1, 32, 8, 8]<nChw16c> = conv2d(%a_1, %w2) {layout = "nChw16c"}
+  %b_1_plain = reorder(%b_1) {layout = "plain"}
+  %y_nhwc : f32[1, 16, 8, 8]<nhwc> = reorder(%y) {layout = "nhwc"}
+  %c_1 : f32[1, 24, 8, 8]<nhwc> = conv2d(%y_nhwc, %v1) {layout = "nhwc"}
+  %d_1 : f32[1, 16, 8, 8]<nhwc> = conv2d(%c_1, %v2) {layout = "nhwc"}
+  %d_1_plain = reorder(%d_1) {layout = "plain"}
+  output %b_1_plain, %d_1_plain
+})");
+  // An input from outside the chain with as many channels as a block or more must suit it:
+  // oneDNN reads only thinner ones plain.
+  expect_rewrite(*pass, R"(graph @g {
+  input %x : f32[1, 24, 4, 4]
+  input %w : f32[16, 24, 1, 1]
+  %a = conv2d(%x, %w)
+  output %a
+})",
+                 R"(graph @g {
+  input %x : f32[1, 24, 4, 4]
+  input %w : f32[16, 24, 1, 1]
+  %x_nhwc : f32[1, 24, 4, 4]<nhwc> = reorder(%x) {layout = "nhwc"}
+  %a_1 : f32[1, 16, 4, 4]<nhwc> = conv2d(%x_nhwc, %w) {layout = "nhwc"}
+  %a_1_plain = reorder(%a_1) {layout = "plain"}
+  output %a_1_plain
+})");
+}
+
 TEST(ChooseLayouts, PinnedLayoutsConflictIsE30012) {
   const std::string text = R"(graph @g {
   input %x : f32[1, 16, 4, 4]
@@ -126,13 +178,13 @@ TEST(ChooseLayouts, PinnedLayoutsConflictIsE30012) {
 })";
   auto g = parse_graph(text);
   std::string message;
-  EXPECT_EQ(test::error_code_of([&] { make_choose_layouts(Layout::NChw8c)->run(*g); }, &message),
+  EXPECT_EQ(test::error_code_of([&] { make_choose_layouts({Layout::NChw8c})->run(*g); }, &message),
             ErrorCode::FormatMismatch);
   EXPECT_NE(message.find("'a'"), std::string::npos) << message;
   EXPECT_NE(message.find("'b'"), std::string::npos) << message;
   // An explicit reorder between them splits the chain: both keep their pinned layouts (x, whose
   // 12 channels blocks of 8 don't divide, stays plain).
-  expect_unchanged(*make_choose_layouts(Layout::NChw8c), R"(graph @g {
+  expect_unchanged(*make_choose_layouts({Layout::NChw8c}), R"(graph @g {
   input %x : f32[1, 12, 4, 4]
   input %v : f32[16, 12, 1, 1]
   input %w : f32[16, 16, 1, 1]
@@ -281,7 +333,7 @@ const std::string kPoolingChainAfter = R"(graph @g {
 })";
 
 TEST(ChooseLayouts, PoolingsJoinTheChain) {
-  auto pass = make_choose_layouts(Layout::NChw8c);
+  auto pass = make_choose_layouts({Layout::NChw8c});
   expect_rewrite(*pass, R"(graph @g {
   input %x : f32[1, 3, 16, 16]
   input %w1 : f32[8, 3, 3, 3]
@@ -298,7 +350,7 @@ TEST(ChooseLayouts, PoolingsJoinTheChain) {
 
 // A pooling of something outside any chain stays plain; so does one of a graph input.
 TEST(ChooseLayouts, PoolingOutsideChainsStaysPlain) {
-  expect_unchanged(*make_choose_layouts(Layout::NChw8c), R"(graph @g {
+  expect_unchanged(*make_choose_layouts({Layout::NChw8c}), R"(graph @g {
   input %x : f32[1, 8, 8, 8]
   input %w : f32[8, 8, 1, 1]
   %r = relu(%x)
@@ -315,7 +367,7 @@ TEST(ChooseLayouts, PoolingOutsideChainsStaysPlain) {
 // feeds the next convolution in the chain's layout, with no reorder around it; the format dump
 // shows it in that layout.
 TEST(ChooseLayouts, ResNetStemHasNoReorderAroundTheMaxPool) {
-  const Layout layout = cpu::onednn_preferred_conv_layout();
+  const Layout layout = cpu::conv_layout_candidates().front();  // its 16 channels fit any
   if (layout == Layout::Plain) GTEST_SKIP() << "oneDNN prefers plain tensors on this CPU";
   std::mt19937 rng(8);
   Graph g("stem");

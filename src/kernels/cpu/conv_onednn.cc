@@ -124,4 +124,14 @@ Layout onednn_preferred_conv_layout() {
   return preferred;
 }
 
+std::vector<Layout> conv_layout_candidates() {
+  const Layout preferred = onednn_preferred_conv_layout();
+  // Where format `any` picks nhwc (AVX-512: the brgconv kernels), the jit kernels of nChw16c
+  // were faster for whole chains of ResNet-50 on the 2-core Zen 4 of docs/benchmarks.md
+  // (2026-12-01): 40.4 against 43.2 ms at batch 1, 313 against 342 ms at batch 8. nChw16c
+  // needs every channel count a multiple of 16: MobileNetV2's 24-channel layers keep nhwc.
+  if (preferred == Layout::NHWC) return {Layout::NChw16c, Layout::NHWC};
+  return {preferred};
+}
+
 }  // namespace kiln::cpu

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/op_registry.h"
@@ -54,5 +55,9 @@ std::unique_ptr<KernelInstance> create_onednn_reorder(const KernelSpec& spec);
 // The layout oneDNN's convolutions prefer on this CPU (what format `any` gives for a typical
 // 3x3 convolution): nChw16c or nhwc with AVX-512, nChw8c with AVX2, else plain.
 Layout onednn_preferred_conv_layout();
+
+// The layouts the format stage tries for a chain of convolutions, in order of preference (the
+// last, oneDNN's preferred one, is the fallback): measured per CPU (conv_onednn.cc).
+std::vector<Layout> conv_layout_candidates();
 
 }  // namespace kiln::cpu
