@@ -10,8 +10,10 @@
 // that fits every member: each output's channels suit it, and so does each input from outside
 // the chain, or x has fewer channels than a block (oneDNN's first-layer kernels read such an x
 // plain, as a stem convolution reads its 3 channels). A chain that no candidate fits takes the
-// last one, the fallback, in which x stays as it is when its channels don't suit. Only f32
-// convolutions whose output channels suit the fallback join a chain. A max or average pooling of
+// last one, the fallback. Only f32 convolutions join a chain, and only those whose output
+// channels suit the fallback and whose x comes from a member or can be read in the fallback as
+// above (any other plain x would leave oneDNN only its reference kernel; such a convolution
+// stays plain, where oneDNN runs im2col and GEMM). A max or average pooling of
 // a chain member's output joins the chain too (pooling keeps the channels, and its kernels take
 // every layout), so ResNet's stem conv → max_pool2d → conv stays in L:
 //   %a : <L> = conv2d(...) ; %m = max_pool2d(%a) ; %b = conv2d(%m, %w)
@@ -118,29 +120,36 @@ class ChooseLayouts final : public Pass {
   // Whether `layout` fits chain member `n` (see the top of the file).
   bool member_fits(const Node& n, Layout layout) const {
     if (!layout_problem(n.output()->type().shape, layout).empty()) return false;
-    const int64_t block = layout_channel_block(layout);
-    for (size_t i : data_inputs(n)) {
-      const Value* v = n.input(i);
-      if (Node* p = v->producer(); p && parent_.count(p)) continue;  // a member's output
-      const Shape& shape = v->type().shape;
-      const bool read_plain = is_conv(n) && i == 0 && shape.size() == 4 &&
-                              shape[1].is_static() && shape[1].size() < block;
-      if (!read_plain && !layout_problem(shape, layout).empty()) return false;
-    }
+    for (size_t i : data_inputs(n))
+      if (!from_member(n.input(i)) && !readable(n, i, layout)) return false;
     return true;
   }
 
-  // Nodes come in topological order, so a pooling's producer has been decided before it.
+  bool from_member(const Value* v) const {
+    Node* p = v->producer();
+    return p && parent_.count(p);
+  }
+
+  // Whether member n's data input i, from outside the chain, can be read in a chain of `layout`:
+  // reordered into it, or read plain when it is a convolution's x thinner than a block (what
+  // oneDNN's first-layer kernels take; any other plain x gets only its reference kernel).
+  static bool readable(const Node& n, size_t i, Layout layout) {
+    const Shape& shape = n.input(i)->type().shape;
+    if (layout_problem(shape, layout).empty()) return true;
+    return is_conv(n) && i == 0 && shape.size() == 4 && shape[1].is_static() &&
+           shape[1].size() < layout_channel_block(layout);
+  }
+
+  // Nodes come in topological order, so a pooling's or convolution's producer has been decided
+  // before it.
   bool joins(const Node& n) const {
     if (n.output()->type().dtype != DType::F32) return false;
-    if (is_pool(n)) {
-      Node* p = n.input(0)->producer();
-      return p && parent_.count(p);
-    }
+    if (is_pool(n)) return from_member(n.input(0));
     if (!is_conv(n)) return false;
-    return layout_of(n) != Layout::Plain ||
-           (fallback() != Layout::Plain &&
-            layout_problem(n.output()->type().shape, fallback()).empty());
+    if (layout_of(n) != Layout::Plain) return true;  // pinned
+    return fallback() != Layout::Plain &&
+           layout_problem(n.output()->type().shape, fallback()).empty() &&
+           (from_member(n.input(0)) || readable(n, 0, fallback()));
   }
 
   Node* find(Node* n) {

@@ -98,7 +98,8 @@ TEST(ChooseLayouts, SecondRunChangesNothing) {
 }
 
 TEST(ChooseLayouts, LeavesUnsuitableConvolutionsPlain) {
-  // No preferred layout (a CPU without AVX2), f64, and 12 channels, which blocks of 8 don't divide.
+  // No preferred layout (a CPU without AVX2), f64, and 12 output channels, which blocks of 8
+  // don't divide.
   expect_unchanged(*make_choose_layouts({Layout::Plain}), kChain);
   auto pass = make_choose_layouts({Layout::NChw8c});
   expect_unchanged(*pass, R"(graph @g {
@@ -110,6 +111,13 @@ TEST(ChooseLayouts, LeavesUnsuitableConvolutionsPlain) {
   expect_unchanged(*pass, R"(graph @g {
   input %x : f32[1, 8, 4, 4]
   input %w : f32[12, 8, 1, 1]
+  %y = conv2d(%x, %w)
+  output %y
+})");
+  // Nor may x: 12 channels are too many to read plain (only oneDNN's reference kernel would).
+  expect_unchanged(*pass, R"(graph @g {
+  input %x : f32[1, 12, 4, 4]
+  input %w : f32[16, 12, 1, 1]
   %y = conv2d(%x, %w)
   output %y
 })");
