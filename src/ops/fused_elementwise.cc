@@ -20,12 +20,16 @@
 //                    operand has itself; the value at each element is the reduction of the
 //                    operand's row it lies in (x - mean(x, -1, keepdim): ops = ["row_mean", "sub"])
 //   Without a reduction the last instruction's result is the output. 1 to 4 inputs of one
-//   dtype, f32 or f64, broadcast NumPy-style.
+//   dtype, f32, f64, f16 or bf16 (these two without reductions), broadcast NumPy-style.
 //
 // Each instruction rounds as the unfused op does (elementwise.cc): arithmetic in the element
 // type, transcendental functions in double rounded once for the reference kernel; the AVX2
 // kernel calls the elementwise ops' own AVX2 array functions block by block, so a fused chain
-// gives the same bits as the unfused one under either kernel policy. A reduction folds each
+// gives the same bits as the unfused one under either kernel policy. An f16 or bf16 chain runs
+// as the unfused ops run on 2-byte floats: its inputs are widened to f32, each instruction
+// computes in f32 and its result is rounded to the 2-byte dtype (round to nearest even, the
+// conversions of convert.h and cast.h) before the next one reads it, and the output is stored
+// in the 2-byte dtype. A reduction folds each
 // row's values as the reduction op's kernels do (reference: in double in row order; AVX2:
 // reduction_avx2's blocks and pairwise tree, RowFold, fed by the chain 256 elements at a
 // time), so a fused reduction gives the unfused bits too, and the chain's result is never
@@ -42,6 +46,8 @@
 #include <vector>
 
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise_avx2.h"
 #include "kernels/cpu/gemm_epilogue.h"
@@ -225,7 +231,8 @@ void infer_fused_elementwise(InferContext& ctx) {
             "takes 1 to " + std::to_string(cpu::BroadcastPlan::kMaxInputs) + " inputs, got " +
                 std::to_string(n));
   const DType dtype = ctx.input(0).dtype;
-  ctx.check(dtype == DType::F32 || dtype == DType::F64, "takes f32 or f64 inputs");
+  ctx.check(is_floating(dtype), "takes f32, f64, f16 or bf16 inputs, not " +
+                                    std::string(dtype_name(dtype)));
   Shape out = ctx.input(0).shape;
   for (size_t i = 1; i < n; ++i) {
     ctx.check(ctx.input(i).dtype == dtype, "every input must have input 0's dtype");
@@ -256,6 +263,10 @@ void infer_fused_elementwise(InferContext& ctx) {
   }
   infer_rows(ctx, ops, args, out);
   const std::string& reduce_name = ctx.attr_string("reduce");
+  // The reductions' own 2-byte rules (in f32 between casts) aren't the chain's per-op rounding.
+  ctx.check(dtype_size(dtype) > 2 || (reduce_name.empty() && ctx.attr_int("row_ndim") == 0),
+            "an f16 or bf16 chain takes no reduction (reduce, row_sum, ...); reduce its result "
+            "with the reduction ops");
   const std::optional<Reduce> reduce = reduce_of(reduce_name);
   ctx.check(reduce.has_value(), "reduce is \"" + reduce_name +
                                     "\"; known: sum, mean, amax, amin, or \"\" for none");
@@ -367,14 +378,23 @@ int64_t row_start(const cpu::BroadcastPlan& plan, int64_t first, int64_t r) {
   return start;
 }
 
-template <typename T>
+// v rounded to the stored type S and widened back to T: what the unfused op stores and the next
+// one reads (v itself when S is T).
+template <typename S, typename T>
+T stored(T v) {
+  return cpu::convert<T>(cpu::convert<S>(v));
+}
+
+// S the element type stored, T the type computed in: f32 and f64 compute in themselves, f16 and
+// bf16 in f32, each instruction's result rounded to S.
+template <typename S, typename T>
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
   Program p = program_of(spec.node.attrs(), static_cast<int64_t>(spec.inputs.size()));
   const ChainExtents e = chain_extents(spec, p);
   cpu::BroadcastPlan plan(input_sizes(spec), e.sizes);
   return make_kernel([p = std::move(p), e, plan, threads = spec.threads](
                          std::span<const void* const> in, std::span<void* const> out) {
-    T* y = static_cast<T*>(out[0]);
+    S* y = static_cast<S*>(out[0]);
     const auto work = static_cast<int64_t>(p.code.size()) * 8;
     // sink(i, value) for the chain's elements [begin, end), i their flat index, in order.
     auto run = [&](std::vector<T>& regs, int64_t begin, int64_t end, const auto& sink) {
@@ -385,12 +405,12 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
                                          const int64_t* steps) {
         for (int64_t k = 0; k < count; ++k) {
           for (int64_t i = 0; i < p.num_inputs; ++i)
-            regs[i] = static_cast<const T*>(in[i])[offsets[i] + k * steps[i]];
+            regs[i] = cpu::convert<T>(static_cast<const S*>(in[i])[offsets[i] + k * steps[i]]);
           for (size_t i = 0; i < p.code.size(); ++i) {
             const Instruction& ins = p.code[i];
             if (is_row(ins.code)) continue;  // set per row
             regs[p.num_inputs + i] =
-                evaluate(ins.code, read(ins.a), ins.b == -1 ? T(0) : read(ins.b));
+                stored<S>(evaluate(ins.code, read(ins.a), ins.b == -1 ? T(0) : read(ins.b)));
           }
           sink(o + k, regs.back());
         }
@@ -404,13 +424,13 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
           const int64_t first = row * e.n;
           for (size_t i = 0; i < p.code.size(); ++i) {
             if (!is_row(p.code[i].code)) continue;
-            const T* x =
-                static_cast<const T*>(in[p.code[i].a]) + row_start(plan, first, p.code[i].a);
+            const S* x =
+                static_cast<const S*>(in[p.code[i].a]) + row_start(plan, first, p.code[i].a);
             Fold<T> fold{row_reduce(p.code[i].code)};
-            for (int64_t k = 0; k < e.n; ++k) fold.add(x[k]);
+            for (int64_t k = 0; k < e.n; ++k) fold.add(cpu::convert<T>(x[k]));
             regs[p.num_inputs + i] = fold.result(e.n);
           }
-          run(regs, first, first + e.n, [&](int64_t i, T v) { y[i] = v; });
+          run(regs, first, first + e.n, [&](int64_t i, T v) { y[i] = cpu::convert<S>(v); });
         }
       });
       return;
@@ -418,7 +438,7 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
     if (p.reduce == Reduce::None) {
       cpu::parallel_chunks(plan.numel(), work, threads, [&](int64_t begin, int64_t end) {
         std::vector<T> regs(num_regs);
-        run(regs, begin, end, [&](int64_t i, T v) { y[i] = v; });
+        run(regs, begin, end, [&](int64_t i, T v) { y[i] = cpu::convert<S>(v); });
       });
       return;
     }
@@ -427,7 +447,7 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
       for (int64_t row = begin; row < end; ++row) {
         Fold<T> fold{p.reduce};
         run(regs, row * e.n, (row + 1) * e.n, [&](int64_t, T v) { fold.add(v); });
-        y[row] = fold.result(e.n);
+        y[row] = cpu::convert<S>(fold.result(e.n));
       }
     });
   });
@@ -473,18 +493,49 @@ cpu::BinaryArrayFn binary_fn(Code c) {
 // Elements per block: every intermediate of a block stays in L1 (16 results: 16 KiB).
 constexpr int64_t kBlock = 256;
 
+// An f16 or bf16 chain's conversions (none for f32): the inputs are widened to f32 block by
+// block, and each instruction's f32 result is rounded to the 2-byte dtype, as the unfused op
+// stores it, then widened back for the next one to read; the last one's is stored rounded. The
+// vector casts (avx2_unsupported checks that the CPU has them), called directly: a block is
+// only 256 elements.
+struct Narrowing {
+  cpu::CastArrayFn widen = nullptr, narrow = nullptr;
+
+  static Narrowing of(DType dtype) {
+    if (dtype_size(dtype) != 2) return {};
+    return {cpu::vector_cast(dtype, DType::F32), cpu::vector_cast(DType::F32, dtype)};
+  }
+  bool active() const { return narrow != nullptr; }
+};
+
+// The floats of scratch run_program takes: a block per instruction, and for a 2-byte chain one
+// per input (widened) and one for a result's 2-byte values.
+size_t scratch_floats(const Program& p, const Narrowing& low) {
+  const size_t blocks = p.code.size() + (low.active() ? static_cast<size_t>(p.num_inputs) + 1 : 0);
+  return blocks * static_cast<size_t>(kBlock);
+}
+
 // Runs the program over the `count` elements of one broadcast run (each input from its offset,
-// advancing by its step), one block at a time, the intermediates in `blocks` (one block per
-// instruction) and the last instruction writing y[0, count); row reductions' results are
-// row_values[i] (per instruction i; null when there are none).
-void run_program(const Program& p, const std::vector<float>& immediates, const float* row_values,
-                 std::span<const void* const> in, const int64_t* offsets, const int64_t* steps,
-                 int64_t count, float* y, float* blocks) {
+// advancing by its step), one block at a time, the intermediates in `blocks` (scratch_floats)
+// and the last instruction writing y[0, count) (f32, or the 2-byte dtype when `low` is
+// active); row reductions' results are row_values[i] (per instruction i; null when there are
+// none).
+void run_program(const Program& p, const Narrowing& low, const std::vector<float>& immediates,
+                 const float* row_values, std::span<const void* const> in, const int64_t* offsets,
+                 const int64_t* steps, int64_t count, void* y, float* blocks) {
+  // 2-byte chains: a block per input, widened, and a rounded result's 2-byte values.
+  float* widened = low.active() ? blocks + p.code.size() * kBlock : nullptr;
+  void* bits = low.active() ? widened + p.num_inputs * kBlock : nullptr;
   for (int64_t start = 0; start < count; start += kBlock) {
     const int64_t n = std::min(kBlock, count - start);
+    if (low.active())
+      for (int64_t r = 0; r < p.num_inputs; ++r)
+        low.widen(static_cast<const uint16_t*>(in[r]) + offsets[r] + start * steps[r],
+                  widened + r * kBlock, steps[r] ? n : 1);
     // An operand: its first element and its step (0: the same element throughout).
     auto operand = [&](int64_t r) -> std::pair<const float*, int64_t> {
       if (r <= -2) return {&immediates[static_cast<size_t>(-2 - r)], 0};
+      if (r < p.num_inputs && low.active()) return {widened + r * kBlock, steps[r]};
       if (r < p.num_inputs)
         return {static_cast<const float*>(in[r]) + offsets[r] + start * steps[r], steps[r]};
       if (row_values && is_row(p.code[static_cast<size_t>(r - p.num_inputs)].code))
@@ -494,18 +545,26 @@ void run_program(const Program& p, const std::vector<float>& immediates, const f
     for (size_t i = 0; i < p.code.size(); ++i) {
       const Instruction& ins = p.code[i];
       if (is_row(ins.code)) continue;
-      float* result = i + 1 == p.code.size() ? y + start : blocks + i * kBlock;
+      const bool last = i + 1 == p.code.size();
+      float* result = last && !low.active() ? static_cast<float*>(y) + start : blocks + i * kBlock;
       auto [a, a_step] = operand(ins.a);
       if (is_binary(ins.code)) {
         auto [b, b_step] = operand(ins.b);
         binary_fn(ins.code)(a, a_step, b, b_step, result, n);
-        continue;
+      } else {
+        if (a_step == 0) {  // a broadcast operand: unary kernels read consecutive elements
+          std::fill_n(result, n, *a);
+          a = result;
+        }
+        unary_fn(ins.code)(a, result, n);
       }
-      if (a_step == 0) {  // a broadcast operand: unary kernels read consecutive elements
-        std::fill_n(result, n, *a);
-        a = result;
+      if (!low.active()) continue;
+      if (last) {
+        low.narrow(result, static_cast<uint16_t*>(y) + start, n);
+      } else {
+        low.narrow(result, bits, n);
+        low.widen(bits, result, n);
       }
-      unary_fn(ins.code)(a, result, n);
     }
   }
 }
@@ -528,9 +587,10 @@ std::unique_ptr<KernelInstance> create_avx2(const KernelSpec& spec) {
   cpu::BroadcastPlan plan(input_sizes(spec), e.sizes);
   std::vector<float> immediates(p.immediates.begin(), p.immediates.end());
   return make_kernel([p = std::move(p), e, immediates = std::move(immediates), plan,
-                      threads = spec.threads](std::span<const void* const> in,
-                                              std::span<void* const> out) {
-    float* y = static_cast<float*>(out[0]);
+                      low = Narrowing::of(spec.inputs[0].dtype), threads = spec.threads](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    float* y = static_cast<float*>(out[0]);  // f32 (2-byte chains have no reductions)
+    const size_t scratch_size = scratch_floats(p, low);
     const auto work = static_cast<int64_t>(p.code.size()) * 8;
     if (p.has_rows) {
       // Row by row: the row reductions (the reduction ops' own kernel on the row), then the
@@ -557,20 +617,21 @@ std::unique_ptr<KernelInstance> create_avx2(const KernelSpec& spec) {
         auto chain = [&](int64_t begin, int64_t end, float* scratch) {
           plan.for_each_run_n(first + begin, first + end, [&](int64_t o, const int64_t* offsets,
                                                              int64_t count, const int64_t* steps) {
-            run_program(p, immediates, row_values, in, offsets, steps, count, y + o, scratch);
+            run_program(p, low, immediates, row_values, in, offsets, steps, count, y + o,
+                        scratch);
           });
         };
         if (split <= 1) return chain(0, e.n, blocks);
         cpu::parallel_chunks(e.n, work, split, [&](int64_t begin, int64_t end) {
-          std::vector<float> scratch(p.code.size() * kBlock);
+          std::vector<float> scratch(scratch_size);
           chain(begin, end, scratch.data());
         });
       };
       if (e.n == 0) return;
-      std::vector<float> row_values(p.code.size()), blocks(p.code.size() * kBlock);
+      std::vector<float> row_values(p.code.size()), blocks(scratch_size);
       if (e.rows >= std::max(threads, 1)) {
         cpu::parallel_chunks(e.rows, e.n * work, threads, [&](int64_t begin, int64_t end) {
-          std::vector<float> values(p.code.size()), scratch(p.code.size() * kBlock);
+          std::vector<float> values(p.code.size()), scratch(scratch_size);
           for (int64_t row = begin; row < end; ++row)
             run_row(row, 1, values.data(), scratch.data());
         });
@@ -581,11 +642,13 @@ std::unique_ptr<KernelInstance> create_avx2(const KernelSpec& spec) {
       return;
     }
     if (p.reduce == Reduce::None) {
+      const int64_t y_size = low.active() ? 2 : int64_t{sizeof(float)};
       cpu::parallel_chunks(plan.numel(), work, threads, [&](int64_t begin, int64_t end) {
-        std::vector<float> blocks(p.code.size() * kBlock);
+        std::vector<float> blocks(scratch_size);
         plan.for_each_run_n(begin, end, [&](int64_t o, const int64_t* offsets, int64_t count,
                                            const int64_t* steps) {
-          run_program(p, immediates, nullptr, in, offsets, steps, count, y + o, blocks.data());
+          run_program(p, low, immediates, nullptr, in, offsets, steps, count,
+                      static_cast<std::byte*>(out[0]) + o * y_size, blocks.data());
         });
       });
       return;
@@ -597,14 +660,14 @@ std::unique_ptr<KernelInstance> create_avx2(const KernelSpec& spec) {
     const cpu::VectorReduction op = vector_reduction(p.reduce);
     auto fold_blocks = [&](int64_t row, int64_t begin_block, int64_t end_block, RowFold& fold) {
       thread_local std::vector<float> blocks;  // the intermediates of the calling thread
-      blocks.resize(p.code.size() * kBlock);
+      blocks.resize(scratch_size);
       alignas(32) float values[RowFold::kBlock];
       for (int64_t b = begin_block; b < end_block; ++b) {
         const int64_t first = row * e.n + b * RowFold::kBlock;
         const int64_t count = std::min(RowFold::kBlock, e.n - b * RowFold::kBlock);
         plan.for_each_run_n(first, first + count, [&](int64_t o, const int64_t* offsets,
                                                      int64_t run, const int64_t* steps) {
-          run_program(p, immediates, nullptr, in, offsets, steps, run, values + (o - first),
+          run_program(p, low, immediates, nullptr, in, offsets, steps, run, values + (o - first),
                       blocks.data());
         });
         fold.add(values, count);
@@ -639,7 +702,11 @@ std::unique_ptr<KernelInstance> create_avx2(const KernelSpec& spec) {
 }
 
 std::string avx2_unsupported(const KernelSpec& spec) {
-  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+  const DType dtype = spec.inputs[0].dtype;
+  if (dtype_size(dtype) != 2) return cpu::avx2_f32_unsupported_reason(dtype);
+  for (auto [from, to] : {std::pair{dtype, DType::F32}, std::pair{DType::F32, dtype}})
+    if (std::string why = cpu::vector_cast_unsupported_reason(from, to); !why.empty()) return why;
+  return cpu::avx2_f32_unsupported_reason(DType::F32);
 }
 #endif
 
@@ -662,9 +729,12 @@ void register_fused_elementwise_ops(OpRegistry& registry) {
 #endif
   def.kernels.push_back({"reference", "native", [](const KernelSpec&) { return std::string(); },
                          [](const KernelSpec& spec) {
-                           return spec.inputs[0].dtype == DType::F64
-                                      ? create_reference<double>(spec)
-                                      : create_reference<float>(spec);
+                           switch (spec.inputs[0].dtype) {
+                             case DType::F64: return create_reference<double, double>(spec);
+                             case DType::F16: return create_reference<cpu::Float16, float>(spec);
+                             case DType::BF16: return create_reference<cpu::BFloat16, float>(spec);
+                             default: return create_reference<float, float>(spec);
+                           }
                          }});
   registry.add(std::move(def));
 }

@@ -14,6 +14,10 @@
 // sizes): nearest in float for every dtype, bilinear in the dtype's precision. Kernels, best
 // first: "table" (indices and weights computed once per axis at creation; bilinear arithmetic in
 // the tensor's dtype, as PyTorch's) and the reference (per element; bilinear in double).
+// f16 and bf16: nearest copies them as they are (a copy is exact in any dtype, so casts to f32
+// and back would change nothing); bilinear computes them in f32 between casts
+// (computes_low_precision_in_f32, docs/ops.md), as PyTorch's kernels do for outputs with
+// OH + OW <= 128 (larger ones PyTorch rounds along the way; Kiln still rounds once).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -150,12 +154,14 @@ void infer_upsample(InferContext& ctx, std::initializer_list<DType> dtypes) {
   ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
 }
 
-// Calls fn(T{}) with T the C++ type of `dtype` (f32, f64 or u8).
+// Calls fn(T{}) with T the C++ type of `dtype` (f32, f64 or u8), or uint16_t for f16 and bf16,
+// which nearest only copies.
 template <typename Fn>
 auto visit_dtype(DType dtype, Fn fn) {
   switch (dtype) {
     case DType::F64: return fn(double{});
     case DType::U8: return fn(uint8_t{});
+    case DType::F16: case DType::BF16: return fn(uint16_t{});
     default: KILN_ASSERT(dtype == DType::F32, "upsample has no kernel for " << dtype_name(dtype));
   }
   return fn(float{});
@@ -323,7 +329,7 @@ void register_upsample_ops(OpRegistry& registry) {
   nearest.inputs = {{"x"}};
   nearest.attrs = {{"output_size", no_size}, {"scale_factors", no_scales}};
   nearest.infer = [](InferContext& ctx) {
-    infer_upsample(ctx, {DType::F32, DType::F64, DType::U8});
+    infer_upsample(ctx, {DType::F32, DType::F64, DType::F16, DType::BF16, DType::U8});
   };
   nearest.kernels = {{"table", "native", always_supported, nearest_table_kernel},
                      {"reference", "native", always_supported, nearest_reference_kernel}};
@@ -336,6 +342,7 @@ void register_upsample_ops(OpRegistry& registry) {
                     {"align_corners", false},
                     {"scale_factors", no_scales}};
   bilinear.infer = [](InferContext& ctx) { infer_upsample(ctx, {DType::F32, DType::F64}); };
+  bilinear.computes_low_precision_in_f32 = true;
   bilinear.kernels = {{"table", "native", always_supported, bilinear_table_kernel},
                       {"reference", "native", always_supported, bilinear_reference_kernel}};
   registry.add(std::move(bilinear));

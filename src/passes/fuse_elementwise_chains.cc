@@ -6,7 +6,9 @@
 //                                        args = [0, -2, 2, 1, 3, -1], immediates = [0.5]}
 // A group grows backwards from its last op through operands whose every use is inside the group
 // and that are not graph outputs, so no intermediate anyone else reads is lost; it is limited to
-// the kernel's 4 tensor inputs and kMaxOps ops, all of one dtype (f32 or f64).
+// the kernel's 4 tensor inputs and kMaxOps ops, all of one dtype (f32, f64, f16 or bf16). An f16
+// or bf16 group computes each op in f32 and rounds its result to the 2-byte dtype, as the unfused
+// ops store it; an op reading another dtype (a 2-byte value with an f32 one) stays unfused.
 // A reduction (sum, mean, amax/max, amin/min) over trailing dims whose input is such a chain's
 // result, read by nothing else, is the root of the group and becomes its reduction stage, so the
 // chain's result is never written:
@@ -22,7 +24,8 @@
 //     →  %d = fused_elementwise(%x) {ops = ["row_mean", "sub"], args = [0, -1, 0, 1],
 //                                    row_ndim = 1}
 // x stays the group's input (its producer never joins); a group has row reductions or a
-// reduction stage, not both.
+// reduction stage, not both, and only over f32 or f64 (2-byte reductions compute in f32 between
+// casts, docs/ops.md, so no 2-byte group meets one).
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -45,7 +48,7 @@ std::optional<std::string> fused_op(const Node& n) {
       "erf", "silu", "mul", "maximum", "minimum"};
   if (n.outputs().size() != 1) return std::nullopt;
   const DType dtype = n.output()->type().dtype;
-  if (dtype != DType::F32 && dtype != DType::F64) return std::nullopt;
+  if (!is_floating(dtype)) return std::nullopt;
   const std::string& op = n.op();
   if (plain.count(op)) return op;
   if (op == "gelu") return n.attr_string("approximate") == "tanh" ? "gelu_tanh" : "gelu_erf";

@@ -192,6 +192,16 @@ const std::vector<Case>& cases() {
          %y = conv2d(%x, %w, %b) {padding = [1, 1]}
          output %y
        })", {{2, 3, 9, 9}, {4, 3, 3, 3}, {4}}, {"to", "to", "to", "conv2d", "to"}},
+      {"upsample_bilinear2d", R"(graph @g {
+         input %x : $T[2, 3, 5, 7]
+         %y = upsample_bilinear2d(%x) {output_size = [9, 4]}
+         output %y
+       })", {{2, 3, 5, 7}}, {"to", "upsample_bilinear2d", "to"}},
+      {"upsample_bilinear2d align_corners", R"(graph @g {
+         input %x : $T[2, 3, 5, 7]
+         %y = upsample_bilinear2d(%x) {align_corners = true, scale_factors = [2.5, 1.5]}
+         output %y
+       })", {{2, 3, 5, 7}}, {"to", "upsample_bilinear2d", "to"}},
   };
   return all;
 }
@@ -199,6 +209,34 @@ const std::vector<Case>& cases() {
 TEST(LowPrecision, ResultIsTheF32ResultRoundedOnce) {
   for (const Case& c : cases())
     for (DType dtype : {DType::BF16, DType::F16}) check(c, dtype);
+}
+
+TEST(LowPrecision, NearestUpsampleCopiesTwoByteFloatsAsTheyAre) {
+  // A copy is exact in any dtype: one node and no casts, and every bit pattern comes through,
+  // a signalling NaN's too (a round trip through f32 would quiet it).
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto g = parse_graph(with_dtype(R"(graph @g {
+      input %x : $T[2, 3, 4, 5]
+      %y = upsample_nearest2d(%x) {output_size = [8, 10]}
+      output %y
+    })", dtype));
+    EXPECT_EQ(ops_of(*g), (Ops{"upsample_nearest2d"}));
+    Tensor x = Tensor::empty(dtype, {2, 3, 4, 5});
+    std::mt19937 rng(3);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<uint16_t>()[i] = static_cast<uint16_t>(rng());
+    x.data<uint16_t>()[0] = dtype == DType::BF16 ? 0x7F81 : 0x7C01;  // signalling NaNs
+    for (const char* policy : {"best", "reference"}) {
+      const Tensor y = CompiledGraph::compile(*g, {.kernel_policy = policy})->run({x.view()})[0];
+      ASSERT_EQ(y.dtype(), dtype);
+      for (int64_t p = 0; p < 6; ++p)  // output size 2x: source (oy / 2, ox / 2)
+        for (int64_t oy = 0; oy < 8; ++oy)
+          for (int64_t ox = 0; ox < 10; ++ox)
+            ASSERT_EQ(y.data<uint16_t>()[(p * 8 + oy) * 10 + ox],
+                      x.data<uint16_t>()[(p * 4 + oy / 2) * 5 + ox / 2])
+                << policy << " " << p << " " << oy << " " << ox;
+    }
+  }
 }
 
 // addmm(b, x, w) with alpha 0.5, as PyTorch serializes a bf16 one.

@@ -81,7 +81,7 @@ TEST(OpsUpsample, ShapeInferenceFailuresNameTheProblem) {
   fails("upsample_bilinear2d", g.add_input("u8", type_of(DType::U8, {1, 2, 5, 5})), {{"output_size", Ints{3, 3}}},
         "upsample_bilinear2d takes f32, f64, not u8");
   fails("upsample_nearest2d", g.add_input("i32", type_of(DType::I32, {1, 2, 5, 5})), {{"output_size", Ints{3, 3}}},
-        "upsample_nearest2d takes f32, f64, u8, not i32");
+        "upsample_nearest2d takes f32, f64, f16, bf16, u8, not i32");
 }
 
 // ---------------------------------------------------------------- reference kernels

@@ -3,9 +3,13 @@
 // and with the best kernels (AVX2, which reuses the elementwise ops' own vector code), the groups
 // that must stop at an intermediate someone else reads, and the op's schema checks; then the
 // reduction stage (a trailing sum/mean/amax/amin of a chain) and row reductions (a leading one
-// broadcast back over the rows it reduced), on static and symbolic shapes.
+// broadcast back over the rows it reduced), on static and symbolic shapes; last, f16 and bf16
+// chains.
 #include <gtest/gtest.h>
 
+#include <regex>
+
+#include "kernels/cpu/float16.h"
 #include "pass_test_util.h"
 #include "passes/pass_list.h"
 
@@ -56,13 +60,17 @@ graph @g {
 })");
 }
 
-TEST(FuseElementwiseChains, TreeDiamondAndEveryOp) {
-  // A tree over three inputs with a value read twice inside the group (%e by both %s and %m).
-  expect_fused(R"(
+std::string with_dtype(const std::string& text, DType dtype) {
+  return std::regex_replace(text, std::regex("\\$T"), std::string(dtype_name(dtype)));
+}
+
+// A tree over three inputs with a value read twice inside the group (%e by both %s and %m),
+// every binary op and most unary ones; $T the dtype.
+constexpr const char* kTree = R"(
 graph @g {
-  input %x : f32[2, 3, 40]
-  input %y : f32[3, 1]
-  input %z : f32[40]
+  input %x : $T[2, 3, 40]
+  input %y : $T[3, 1]
+  input %z : $T[40]
   %e = exp(%y)
   %s = sub(%x, %e)
   %m = maximum(%s, %e)
@@ -77,19 +85,20 @@ graph @g {
   %ng = neg(%ab)
   %w = mul(%ng, %ng)
   output %w
-})",
-               R"(
+})";
+constexpr const char* kTreeFused = R"(
 graph @g {
-  input %x : f32[2, 3, 40]
-  input %y : f32[3, 1]
-  input %z : f32[40]
+  input %x : $T[2, 3, 40]
+  input %y : $T[3, 1]
+  input %z : $T[40]
   %w_1 = fused_elementwise(%y, %x, %z) {args = [0, -1, 1, 3, 4, 3, 5, 2, 6, 2, 7, -1, 8, -1, 9, -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, 14], ops = ["exp", "sub", "maximum", "minimum", "div", "relu", "gelu_erf", "gelu_tanh", "sigmoid", "silu", "abs", "neg", "mul"]}
   output %w_1
-})");
-  // The remaining unary ops, f64.
-  expect_fused(R"(
+})";
+
+// The remaining unary ops.
+constexpr const char* kOtherUnary = R"(
 graph @g {
-  input %x : f64[70]
+  input %x : $T[70]
   %a = abs(%x)
   %b = log(%a)
   %c = sqrt(%a)
@@ -98,13 +107,17 @@ graph @g {
   %f = erf(%e)
   %g = add(%b, %f)
   output %g
-})",
-               R"(
+})";
+constexpr const char* kOtherUnaryFused = R"(
 graph @g {
-  input %x : f64[70]
+  input %x : $T[70]
   %g_1 = fused_elementwise(%x) {args = [0, -1, 1, -1, 1, -1, 3, -1, 4, -1, 5, -1, 2, 6], ops = ["abs", "log", "sqrt", "rsqrt", "reciprocal", "erf", "add"]}
   output %g_1
-})");
+})";
+
+TEST(FuseElementwiseChains, TreeDiamondAndEveryOp) {
+  expect_fused(with_dtype(kTree, DType::F32), with_dtype(kTreeFused, DType::F32));
+  expect_fused(with_dtype(kOtherUnary, DType::F64), with_dtype(kOtherUnaryFused, DType::F64));
 }
 
 TEST(FuseElementwiseChains, StopsAtValuesReadOutsideTheGroup) {
@@ -663,6 +676,178 @@ graph @g {
 })");
             }),
             ErrorCode::ShapeInference);
+}
+
+// f16 and bf16 chains: the fused node computes each op in f32 and rounds its result to the
+// 2-byte dtype before the next op reads it, as the unfused ops do, so fused and unfused chains
+// give the same bits (a NaN where they give a NaN) under either kernel policy and through the
+// whole pipeline, on any size and on NaN, inf and subnormal inputs.
+
+constexpr DType kLowDTypes[] = {DType::BF16, DType::F16};
+
+// Values of a 2-byte float dtype: mostly uniform in [-4, 4) rounded to it, and one in eight
+// each of any bit pattern (NaNs with payloads, infinities, huge and tiny values), a value in the
+// subnormal range (of f32 for bf16, of f16 for f16) and a special (NaN, ±inf, ±0).
+Tensor random_low(DType dtype, const std::vector<int64_t>& sizes, std::mt19937& rng) {
+  auto bits_of = [dtype](float v) {
+    return dtype == DType::BF16 ? cpu::to_bfloat16(v).bits : cpu::to_float16(v).bits;
+  };
+  const float tiny = dtype == DType::BF16 ? 0x1p-127f : 0x1p-15f;
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f};
+  std::uniform_real_distribution<float> dist(-4, 4);
+  Tensor t = Tensor::empty(dtype, sizes);
+  uint16_t* bits = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (rng() % 8) {
+      case 0: bits[i] = static_cast<uint16_t>(rng()); break;
+      case 1: bits[i] = bits_of(dist(rng) * tiny); break;
+      case 2: bits[i] = bits_of(specials[rng() % 5]); break;
+      default: bits[i] = bits_of(dist(rng)); break;
+    }
+  }
+  return t;
+}
+
+std::vector<Tensor> random_low_inputs(const Graph& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs;
+  for (const Value* in : g.inputs())
+    inputs.push_back(random_low(in->type().dtype, static_sizes(in->type().shape), rng));
+  return inputs;
+}
+
+// The same bits, but any NaN matches any NaN: which operand's NaN an f32 operation on two NaNs
+// passes on (and so its sign) is up to the compiler's operand order, in the unfused ops too.
+void expect_same_bits(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].dtype(), want[i].dtype());
+    ASSERT_EQ(got[i].sizes(), want[i].sizes());
+    const uint16_t inf = got[i].dtype() == DType::BF16 ? 0x7F80 : 0x7C00;
+    auto is_nan = [inf](uint16_t bits) { return (bits & 0x7FFF) > inf; };
+    for (int64_t k = 0; k < got[i].numel(); ++k) {
+      const uint16_t a = got[i].data<uint16_t>()[k], b = want[i].data<uint16_t>()[k];
+      if (!(is_nan(a) && is_nan(b))) {
+        ASSERT_EQ(a, b) << "output " << i << " element " << k;
+      }
+    }
+  }
+}
+
+// `fused` (the pass's result on `original`) computes what `original` does, bit for bit, with
+// the reference and the best (AVX2) kernels; so does the whole pipeline with and without the
+// pass, and with it the chain is one fused_elementwise node.
+void expect_fused_matches_unfused(const Graph& original, const Graph& fused, uint32_t seed = 5) {
+  const std::vector<Tensor> inputs = random_low_inputs(original, seed);
+  for (const char* policy : {"reference", "best"}) {
+    SCOPED_TRACE(policy);
+    expect_same_bits(test::run_with(fused, policy, inputs),
+                     test::run_with(original, policy, inputs));
+  }
+  std::vector<TensorView> views;
+  for (const Tensor& t : inputs) views.push_back(t.view());
+  auto on = CompiledGraph::compile(original, {.verify = true});
+  auto off = CompiledGraph::compile(
+      original, {.verify = true, .disabled_passes = {"fuse_elementwise_chains"}});
+  size_t fused_nodes = 0;
+  for (const Node* n : on->graph().nodes()) fused_nodes += n->op() == "fused_elementwise";
+  EXPECT_EQ(fused_nodes, 1u);
+  for (const Node* n : off->graph().nodes()) EXPECT_NE(n->op(), "fused_elementwise");
+  SCOPED_TRACE("pipeline");
+  expect_same_bits(on->run(views), off->run(views));
+}
+
+TEST(FuseElementwiseLowPrecision, Bf16AndF16ChainsFuseIntoOneNode) {
+  auto pass = make_fuse_elementwise_chains();
+  for (DType dtype : kLowDTypes)
+    for (auto [before, after] : {std::pair{kTree, kTreeFused},
+                                 std::pair{kOtherUnary, kOtherUnaryFused}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + before);
+      auto original = parse_graph(with_dtype(before, dtype));
+      auto fused = test::expect_rewritten(*pass, *original, with_dtype(after, dtype));
+      EXPECT_EQ(fused->outputs()[0]->type().dtype, dtype);
+      expect_fused_matches_unfused(*original, *fused);
+    }
+}
+
+TEST(FuseElementwiseLowPrecision, OddSizesAndAMillionElements) {
+  // tanh(x * sigmoid(x) + 1) / b, b broadcast; sizes that leave partial blocks and vectors.
+  const std::string text = R"(
+graph @g {
+  input %x : $T[$N]
+  input %b : $T[1]
+  const %one : f64[] = [1.0]
+  %s = sigmoid(%x)
+  %m = mul(%x, %s)
+  %a = add(%m, %one) {wrapped_numbers = [1]}
+  %t = tanh(%a)
+  %y = div(%t, %b)
+  output %y
+})";
+  auto pass = make_fuse_elementwise_chains();
+  for (DType dtype : kLowDTypes)
+    for (int64_t n : {1, 3, 7, 17, 1000003}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " n = " + std::to_string(n));
+      auto original = parse_graph(
+          std::regex_replace(with_dtype(text, dtype), std::regex("\\$N"), std::to_string(n)));
+      auto fused = original->clone();
+      ASSERT_TRUE(pass->run(*fused));
+      const Node* node = fused->outputs()[0]->producer();
+      ASSERT_EQ(node->op(), "fused_elementwise");
+      EXPECT_EQ(std::get<std::vector<std::string>>(node->attrs().at("ops")),
+                (std::vector<std::string>{"sigmoid", "mul", "add", "tanh", "div"}));
+      expect_fused_matches_unfused(*original, *fused, static_cast<uint32_t>(n));
+    }
+}
+
+TEST(FuseElementwiseLowPrecision, MixedDTypesStayUnfused) {
+  auto pass = make_fuse_elementwise_chains();
+  // A bf16 value with an f32 one computes and gives f32: the op reads two dtypes.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : bf16[4]
+  input %y : f32[4]
+  %a = exp(%x)
+  %b = mul(%a, %y)
+  %c = neg(%b)
+  output %c
+})");
+  // f16 with bf16 gives f32, and a cast between two ops splits them.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : f16[4]
+  input %y : bf16[4]
+  %a = add(%x, %y)
+  %b = neg(%a)
+  output %b
+})");
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : bf16[4]
+  %a = exp(%x)
+  %b = to(%a) {dtype = "f32"}
+  %c = neg(%b)
+  output %c
+})");
+}
+
+TEST(FuseElementwiseLowPrecision, SchemaRejectsReductionsOfTwoByteChains) {
+  for (const char* attrs : {R"({args = [0, -1], ops = ["exp"], reduce = "sum"})",
+                            R"({args = [0, -1, 0, 1], ops = ["row_sum", "sub"], row_ndim = 1})"})
+    for (DType dtype : kLowDTypes) {
+      const std::string text = with_dtype(
+          "graph @g {\n  input %x : $T[4, 6]\n  %z = fused_elementwise(%x) " + std::string(attrs) +
+              "\n  output %z\n}\n",
+          dtype);
+      std::string message;
+      EXPECT_EQ(test::error_code_of([&] { parse_graph(text); }, &message),
+                ErrorCode::ShapeInference)
+          << text;
+      EXPECT_NE(message.find("an f16 or bf16 chain takes no reduction"), std::string::npos)
+          << message;
+    }
 }
 
 }  // namespace

@@ -176,3 +176,87 @@ def test_bert_small(dtype):
     model, ids = kiln.bench.models.build("bert-base", "small", 2)
     model = model.to(dtype)
     check_model(model, ids, factor=2)
+
+
+# Upsampling, through Kiln's own graphs (torch.compile decomposes F.interpolate before Kiln sees
+# it): nearest copies 2-byte floats as they are; bilinear computes in f32 and rounds once
+# (docs/ops.md).
+
+UPSAMPLE_MODES = {"nearest": {}, "bilinear": {"align_corners": False},
+                  "bilinear_align_corners": {"align_corners": True}}
+
+
+def kiln_upsample(x, size, mode):
+    op = "upsample_nearest2d" if mode == "nearest" else "upsample_bilinear2d"
+    attrs = "".join(f", {k} = {str(v).lower()}" for k, v in UPSAMPLE_MODES[mode].items())
+    dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[x.dtype]
+    g = kiln.Graph.parse(f"""graph @g {{
+  input %x : {dtype}{list(x.shape)}
+  %y = {op}(%x) {{output_size = [{size[0]}, {size[1]}]{attrs}}}
+  output %y
+}}""")
+    return torch.as_tensor(kiln.compile(g)(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("mode", sorted(UPSAMPLE_MODES))
+@pytest.mark.parametrize("size", [(13, 5), (9, 17), (100, 60)], ids=str)
+def test_upsample(dtype, mode, size):
+    torch.manual_seed(5)
+    x = (torch.randn(2, 3, 6, 7) * 3).to(dtype)
+    if mode == "nearest":
+        x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    got = kiln_upsample(x, size, mode)
+    kwargs = dict(size=size, mode=mode.split("_")[0], **UPSAMPLE_MODES[mode])
+    eager = F.interpolate(x, **kwargs)
+    assert got.dtype == dtype and got.shape == eager.shape
+    if mode == "nearest":  # a copy (eager's kernel for larger outputs may change a NaN's bits)
+        assert same_bits(got, eager)
+        return
+    # Kiln's f32 result rounded once, bit for bit, and so within half a ULP of the f32 result,
+    # which is within the f32 op's error of float64: where eager computes bf16 in f32 (outputs
+    # with OH + OW <= 128) the two mostly agree; where it rounds along the way (larger outputs)
+    # Kiln is the closer.
+    assert torch.equal(got.view(torch.int16),
+                       kiln_upsample(x.float(), size, mode).to(dtype).view(torch.int16))
+    truth = F.interpolate(x.double(), **kwargs)
+    f32_error = (F.interpolate(x.float(), **kwargs).double() - truth).abs().max().item()
+    bound = half_ulp(got, dtype) + 4 * f32_error + torch.finfo(torch.float32).tiny
+    assert ((got.double() - truth).abs() <= bound).all()
+
+
+# Elementwise chains: fused into one node that rounds each op's f32 result to the 2-byte dtype,
+# as eager rounds each op's.
+
+CHAINS = {
+    "x*sigmoid(x)+1": lambda x: x * torch.sigmoid(x) + 1,
+    "gelu(x)*0.5+x": lambda x: F.gelu(x) * 0.5 + x,
+    "relu(x*0.3+1)/(abs(x)+0.5)": lambda x: torch.relu(x * 0.3 + 1) / (x.abs() + 0.5),
+}
+
+
+def same_bits(a, b):
+    """Bit for bit, any NaN matching any NaN."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.view(torch.int16)[~nan],
+                                                       b.view(torch.int16)[~nan])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_elementwise_chain_fuses_and_matches_eager_bit_for_bit(name, dtype, tmp_path):
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(3, 1001, generator=g) * 4).to(dtype)
+    # No infinities: eager's gelu(inf) is NaN (PyTorch's formula), the unfused Kiln op's inf;
+    # and no -0 for gelu, whose AVX2 kernel (unfused too, f32 too) gives +0 for it when its
+    # vector holds a value beyond the fast path's range.
+    minus_zero = 0.0 if "gelu" in name else -0.0
+    x.view(-1)[:5] = torch.tensor([float("nan"), 0.0, minus_zero, 1e-6, -300.0])
+    options = {**NO_FALLBACK, "debug.graph_dump.type": "txt",
+               "debug.graph_dump.path": str(tmp_path)}
+    with torch.no_grad():
+        got = torch.compile(CHAINS[name], backend="kiln", fullgraph=True, options=options)(x)
+        eager = CHAINS[name](x)
+    assert got.dtype == dtype and same_bits(got, eager)
+    plan = next(tmp_path.glob("*_plan.txt")).read_text()
+    assert plan.count("= fused_elementwise(") == 1, plan
