@@ -126,11 +126,14 @@ Layout onednn_preferred_conv_layout() {
 
 std::vector<Layout> conv_layout_candidates() {
   const Layout preferred = onednn_preferred_conv_layout();
-  // Where format `any` picks nhwc (AVX-512: the brgconv kernels), the jit kernels of nChw16c
-  // were faster for whole chains of ResNet-50 on the 2-core Zen 4 of docs/benchmarks.md
-  // (2026-12-01): 40.4 against 43.2 ms at batch 1, 313 against 342 ms at batch 8. nChw16c
-  // needs every channel count a multiple of 16: MobileNetV2's 24-channel layers keep nhwc.
-  if (preferred == Layout::NHWC) return {Layout::NChw16c, Layout::NHWC};
+  // Where format `any` picks nhwc (AVX-512: the brgconv kernels), oneDNN's jit kernels of the
+  // blocked layouts ran whole chains faster on the 2-core Zen 4 of docs/benchmarks.md
+  // (2026-12-01, 2 threads): ResNet-50 in nChw16c 40.4 against 43.2 ms at batch 1, 313 against
+  // 342 ms at batch 8 (nChw8c, whose kernels are AVX2's, was slower than either); MobileNetV2,
+  // whose 24-channel layers rule out nChw16c, in nChw8c 29.5 against 34.7-44.6 ms at batch 8
+  // and 4.1-4.3 against 4.4-4.6 ms at batch 1. Channel counts that blocks of 8 don't divide
+  // keep nhwc.
+  if (preferred == Layout::NHWC) return {Layout::NChw16c, Layout::NChw8c, Layout::NHWC};
   return {preferred};
 }
 
