@@ -765,6 +765,26 @@ TEST(OpsElementwise, Avx2UnaryMatchesReference) {
   expect_matches_reference(*node.node, {x}, 3);
 }
 
+// Signed zeros in vectors that also take each op's slow paths (values beyond 3.74, 13 and 87
+// send gelu, exp, sigmoid and silu past their fast paths): the sign of every zero result is the
+// reference's (ULP distances don't see it).
+TEST(OpsElementwise, Avx2KeepsTheSignOfZeroOnEveryPath) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  for (float wide : {1.0f, 5.0f, 20.0f, 100.0f}) {
+    Tensor x = tensor_from<float>({8}, {-0.0f, 0.0f, wide, -wide, -0.0f, 1e-30f, -1e-30f, 0.0f});
+    for (const UnaryCase& c : unary_cases()) {
+      SCOPED_TRACE(case_name(c) + " wide=" + std::to_string(wide));
+      OneNode node(c.op, {type_of(DType::F32, {8})}, c.attrs);
+      const Tensor want = test::run_kernel(*node.node, "reference", {x})[0];
+      const Tensor got = test::run_kernel(*node.node, "avx2", {x})[0];
+      for (int64_t i = 0; i < 8; ++i)
+        if (want.data<float>()[i] == 0)
+          EXPECT_EQ(std::signbit(got.data<float>()[i]), std::signbit(want.data<float>()[i]))
+              << "x = " << x.data<float>()[i];
+    }
+  }
+}
+
 // Every 1021st f32 bit pattern (4 million values: every exponent, subnormals, infs and NaNs),
 // through the AVX2 kernel and the reference kernel; prints the largest ULP error of each
 // transcendental op. Exact ops are covered by the random tests. (docs/ops.md also lists the

@@ -200,7 +200,8 @@ KILN_VEC __m256 gelu_erf_any(__m256 x) {
   static constexpr float Q[] = {7.978845835e-01f, -1.329806596e-01f, 1.994539611e-02f,
                                 -2.365004504e-03f, 2.084890002e-04f};
   const __m256 erf = _mm256_mul_ps(x, polynomial(x2, Q));
-  const __m256 small = _mm256_fmadd_ps(half_x, erf, half_x);
+  // x's sign (gelu keeps it below 1/sqrt 2), which the FMA's +0 for x = -0 would drop.
+  const __m256 small = _mm256_or_ps(_mm256_fmadd_ps(half_x, erf, half_x), sign_bits(x));
 
   const __m256 x2_lo = _mm256_fmsub_ps(x, x, x2);
   const ExpParts e = exp_parts(_mm256_mul_ps(x2, splat(-0.5f)), _mm256_mul_ps(x2_lo, splat(-0.5f)));
