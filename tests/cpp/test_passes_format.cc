@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "kernel_harness.h"
 #include "kernels/cpu/cpu_features.h"
@@ -101,26 +102,17 @@ TEST(ChooseLayouts, LeavesUnsuitableConvolutionsPlain) {
   // No preferred layout (a CPU without AVX2), f64, and 12 output channels, which blocks of 8
   // don't divide.
   expect_unchanged(*make_choose_layouts({Layout::Plain}), kChain);
+  // One conv2d y = conv2d(x, w) per case: {dtype, x's channels, y's channels}. The last: x's
+  // 12 channels are too many to read plain (only oneDNN's reference kernel would).
   auto pass = make_choose_layouts({Layout::NChw8c});
-  expect_unchanged(*pass, R"(graph @g {
-  input %x : f64[1, 8, 4, 4]
-  input %w : f64[8, 8, 1, 1]
-  %y = conv2d(%x, %w)
-  output %y
-})");
-  expect_unchanged(*pass, R"(graph @g {
-  input %x : f32[1, 8, 4, 4]
-  input %w : f32[12, 8, 1, 1]
-  %y = conv2d(%x, %w)
-  output %y
-})");
-  // Nor may x: 12 channels are too many to read plain (only oneDNN's reference kernel would).
-  expect_unchanged(*pass, R"(graph @g {
-  input %x : f32[1, 12, 4, 4]
-  input %w : f32[16, 12, 1, 1]
-  %y = conv2d(%x, %w)
-  output %y
-})");
+  using Case = std::tuple<const char*, int, int>;
+  for (const auto& [dtype, in, out] :
+       {Case{"f64", 8, 8}, Case{"f32", 8, 12}, Case{"f32", 12, 16}}) {
+    const std::string c = std::to_string(in), o = std::to_string(out), t = dtype;
+    expect_unchanged(*pass, "graph @g {\n  input %x : " + t + "[1, " + c +
+                                ", 4, 4]\n  input %w : " + t + "[" + o + ", " + c +
+                                ", 1, 1]\n  %y = conv2d(%x, %w)\n  output %y\n}");
+  }
 }
 
 // With several candidates each chain takes the first that fits all of it: the first chain's
