@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from kiln import _C, _precision
+from kiln import _C, _precision, _upsample
 from kiln._errors import error
 from kiln.config import CompilerConfig
 from kiln._dump import partition_snapshot, write_partition_dump
@@ -526,6 +526,11 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
                     "add dynamic=True to torch.compile: torch.compile(model, backend=..., "
                     "dynamic=True)")
     dynamic = _dynamic_setup(gm, constants, config)
+    # The kiln:: upsample ops have no backward: graphs that autograd will differentiate keep
+    # PyTorch's decomposition.
+    if not (torch.is_grad_enabled()
+            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)):
+        _upsample.route_interpolate(gm)
 
     def inference_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
         if len(aten_inputs) != len(example_inputs):

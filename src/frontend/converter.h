@@ -41,6 +41,7 @@ class ConvertContext {
   bool boolean(const std::string& arg) const;
   std::string string(const std::string& arg) const;
   std::vector<int64_t> integers(const std::string& arg) const;
+  std::vector<double> numbers(const std::string& arg) const;
   // A list of sizes whose entries may be symbolic ({"sym": "s0*s1"}, docs/dynamic-shapes.md):
   // the integers (-1 where symbolic) and, when any entry is symbolic, each entry's expression
   // ("" where static) for the ops' sym_* attributes; `syms` is empty when all are static.

@@ -121,8 +121,9 @@ int64_t ConvertContext::integer(const std::string& name) const {
   return a.get<int64_t>();
 }
 
-double ConvertContext::number(const std::string& name) const {
-  const Json& a = arg(name);
+namespace {
+
+std::optional<double> json_number(const Json& a) {
   if (a.is_boolean()) return a.get<bool>() ? 1.0 : 0.0;
   if (a.is_number()) return a.get<double>();
   if (a.is_string()) {  // inf, -inf and nan cross as strings (JSON has no literal for them)
@@ -131,7 +132,27 @@ double ConvertContext::number(const std::string& name) const {
     if (s == "-inf") return -INFINITY;
     if (s == "nan") return NAN;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+double ConvertContext::number(const std::string& name) const {
+  const Json& a = arg(name);
+  if (std::optional<double> value = json_number(a)) return *value;
   unsupported("argument '" + name + "' is not a number: " + a.dump());
+}
+
+std::vector<double> ConvertContext::numbers(const std::string& name) const {
+  const Json& a = arg(name);
+  if (!a.is_array()) unsupported("argument '" + name + "' is not a list of numbers");
+  std::vector<double> out;
+  for (const Json& item : a) {
+    std::optional<double> value = json_number(item);
+    if (!value) unsupported("argument '" + name + "' holds " + item.dump());
+    out.push_back(*value);
+  }
+  return out;
 }
 
 bool ConvertContext::boolean(const std::string& name) const {

@@ -90,6 +90,8 @@ void register_aten_index_converters(ConverterRegistry& r) {
                     {{"dim", ctx.integer("dim")}})};
   });
   r.add("aten.index.Tensor", index_tensor);
+  // What the upsample decompositions emit; Kiln's index op checks the bounds either way.
+  r.add("aten._unsafe_index.Tensor", index_tensor);
   r.add("aten.gather.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     if (ctx.boolean("sparse_grad")) ctx.unsupported("sparse_grad");
     return {ctx.add("gather", {ctx.tensor("self"), ctx.tensor("index")},
