@@ -135,6 +135,10 @@ class Graph {
   // Single-output convenience.
   Value* add(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs = {},
              const std::string& name = "");
+  // add() without the f16/bf16 casts, for passes rebuilding a node on operands its kernels take
+  // as they are (a matmul on bf16 operands, docs/passes.md).
+  Value* add_uncast(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs = {},
+                    const std::string& name = "");
   void set_outputs(std::vector<Value*> outputs);
 
   // --- rewriting (used by passes) ---

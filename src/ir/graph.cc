@@ -152,6 +152,21 @@ Value* Graph::add(const std::string& op, const std::vector<Value*>& inputs, Attr
   return outs[0];
 }
 
+Value* Graph::add_uncast(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs,
+                         const std::string& name) {
+  const OpDef* def = OpRegistry::instance().find(op);
+  KILN_ASSERT(def, "add_uncast of unknown op " << op);
+  std::vector<TensorType> in_types;
+  for (Value* in : inputs) {
+    check_owned(in, "an input of a '" + op + "' node");
+    in_types.push_back(in->type());
+  }
+  const std::string node_name = name.empty() ? op : name;
+  std::vector<TensorType> out_types = infer_node_types(*def, node_name, in_types, attrs, symbols_);
+  KILN_ASSERT(out_types.size() == 1, "add_uncast of " << op << ", which has several outputs");
+  return add_node_with_types(op, inputs, std::move(attrs), out_types, node_name)->outputs_[0];
+}
+
 Node* Graph::add_node_with_types(const std::string& op, const std::vector<Value*>& inputs,
                                  AttrMap attrs, const std::vector<TensorType>& output_types,
                                  const std::string& name,

@@ -1,14 +1,17 @@
-// matmul: torch.matmul on f32 and f64, batch dims broadcast, rank-1 operands included, and an
+// matmul: torch.matmul on f32 and f64 (and bf16 operands with an f32 result: what
+// matmul_on_bf16_operands makes of the f32 matmul of two widened bf16 values), batch dims broadcast, rank-1 operands included, and an
 // optional transpose_b for B stored as [..., N, K] (a linear layer's weights), and an optional
 // epilogue fused into it (kernels/cpu/gemm_epilogue.h): C = fused_activation(A·B + bias) +
 // residual, with attributes bias and residual saying which of the variadic epilogue inputs are
 // present.
 //
 // Kernels, best first: OpenBLAS and oneDNN (f32), each taking the shape classes where it was
-// measured faster (kernels/cpu/gemm.cc), then the reference loops (f32, f64).
+// measured faster (kernels/cpu/gemm.cc), oneDNN for bf16 (its bf16 GEMM on CPUs with AVX512-BF16,
+// else an f32 GEMM on widened operands), then the reference loops (f32, f64, bf16).
 #include <algorithm>
 #include <climits>
 
+#include "kernels/cpu/float16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/parallel_chunks.h"
@@ -20,8 +23,8 @@ namespace {
 
 using cpu::MatmulGeometry;
 
-// Bias [N], residual of the output's shape, both of the operands' dtype.
-void infer_epilogue(InferContext& ctx, const Shape& out) {
+// Bias [N], residual of the output's shape, both of the result's dtype.
+void infer_epilogue(InferContext& ctx, const Shape& out, DType dtype) {
   const std::string& activation = ctx.attr_string("fused_activation");
   ctx.check(cpu::parse_activation(activation).has_value(),
             "fused_activation must be one of " + cpu::activation_names() + ", got \"" +
@@ -32,17 +35,17 @@ void infer_epilogue(InferContext& ctx, const Shape& out) {
             "expects " + std::to_string(expected) + " inputs (A, B" + (bias ? ", bias" : "") +
                 (residual ? ", residual" : "") + ") by its attributes bias and residual, got " +
                 std::to_string(ctx.num_inputs()));
-  const DType dtype = ctx.input(0).dtype;
   if (bias) {
     const TensorType& t = ctx.input(2);
     ctx.check(t.dtype == dtype && t.rank() == 1 && !out.empty(),
-              "the bias must be a rank-1 tensor of A's dtype with one value per output column");
+              "the bias must be a rank-1 tensor of the result's dtype with one value per output "
+              "column");
     ctx.unify(t.shape[0], out.back(), "bias size and output columns (N)");
   }
   if (residual) {
     const TensorType& t = ctx.input(bias ? 3 : 2);
     ctx.check(t.dtype == dtype && t.rank() == out.size(),
-              "the residual must have A's dtype and the output's rank");
+              "the residual must have the result's dtype and the output's rank");
     for (size_t d = 0; d < out.size(); ++d)
       ctx.unify(t.shape[d], out[d], "residual and output dim " + std::to_string(d));
   }
@@ -52,7 +55,8 @@ void infer_matmul(InferContext& ctx) {
   const TensorType& a = ctx.input(0);
   const TensorType& b = ctx.input(1);
   ctx.check(a.dtype == b.dtype, "A and B must have the same dtype");
-  ctx.check(a.dtype == DType::F32 || a.dtype == DType::F64, "matmul supports f32 and f64");
+  ctx.check(a.dtype == DType::F32 || a.dtype == DType::F64 || a.dtype == DType::BF16,
+            "matmul supports f32 and f64, and bf16 operands (with an f32 result)");
   ctx.check(a.rank() >= 1 && b.rank() >= 1,
             "A and B need at least one dim each; multiply scalars with mul");
   const bool transpose_b = ctx.attr_bool("transpose_b");
@@ -70,8 +74,9 @@ void infer_matmul(InferContext& ctx) {
   Shape out = ctx.broadcast(a_batch, b_batch);
   if (ar >= 2) out.push_back(a.shape[ar - 2]);
   if (br >= 2) out.push_back(transpose_b ? b.shape[br - 2] : b.shape[br - 1]);
-  infer_epilogue(ctx, out);
-  ctx.set_output(0, TensorType{a.dtype, out, Layout::Plain});
+  const DType result = a.dtype == DType::BF16 ? DType::F32 : a.dtype;
+  infer_epilogue(ctx, out, result);
+  ctx.set_output(0, TensorType{result, out, Layout::Plain});
 }
 
 MatmulGeometry geometry_of(const KernelSpec& spec) {
@@ -79,9 +84,14 @@ MatmulGeometry geometry_of(const KernelSpec& spec) {
                                    spec.node.attr_bool("transpose_b"));
 }
 
-template <typename T>
+double widen(float x) { return x; }
+double widen(double x) { return x; }
+double widen(cpu::BFloat16 x) { return cpu::to_float(x); }
+
+// Operands of type T, result of type C.
+template <typename T, typename C>
 void reference_matmul(const MatmulGeometry& g, const cpu::GemmEpilogue& e, const T* a,
-                      const T* b, const T* bias, const T* residual, T* c, int threads) {
+                      const T* b, const C* bias, const C* residual, C* c, int threads) {
   cpu::parallel_chunks(g.batch_count() * g.m, g.n * g.k, threads, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t batch = row / g.m;
@@ -92,10 +102,9 @@ void reference_matmul(const MatmulGeometry& g, const cpu::GemmEpilogue& e, const
         // |a*b|: the yardstick the optimized kernels' error bound is checked against.
         double sum = 0;
         for (int64_t p = 0; p < g.k; ++p)
-          sum += static_cast<double>(a_row[p]) *
-                 static_cast<double>(g.transpose_b ? b_mat[j * g.k + p] : b_mat[p * g.n + j]);
+          sum += widen(a_row[p]) * widen(g.transpose_b ? b_mat[j * g.k + p] : b_mat[p * g.n + j]);
         const int64_t at = row * g.n + j;
-        c[at] = cpu::reference_epilogue(e, static_cast<T>(sum), e.bias ? bias + j : nullptr,
+        c[at] = cpu::reference_epilogue(e, static_cast<C>(sum), e.bias ? bias + j : nullptr,
                                         e.residual ? residual + at : nullptr);
       }
     }
@@ -103,20 +112,24 @@ void reference_matmul(const MatmulGeometry& g, const cpu::GemmEpilogue& e, const
 }
 
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
-  auto make = [&]<typename T>(T*) {
+  auto make = [&]<typename T, typename C>(T*, C*) {
     return make_kernel([g = geometry_of(spec), e = cpu::epilogue_of(spec.node),
                         threads = spec.threads](std::span<const void* const> in,
                                                 std::span<void* const> out) {
       auto operand = [&](bool present, size_t i) {
-        return present ? static_cast<const T*>(in[i]) : nullptr;
+        return present ? static_cast<const C*>(in[i]) : nullptr;
       };
       reference_matmul(g, e, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
                        operand(e.bias, e.bias_input()), operand(e.residual, e.residual_input()),
-                       static_cast<T*>(out[0]), threads);
+                       static_cast<C*>(out[0]), threads);
     });
   };
-  if (spec.inputs[0].dtype == DType::F64) return make(static_cast<double*>(nullptr));
-  return make(static_cast<float*>(nullptr));
+  switch (spec.inputs[0].dtype) {
+    case DType::F64: return make(static_cast<double*>(nullptr), static_cast<double*>(nullptr));
+    case DType::BF16:
+      return make(static_cast<cpu::BFloat16*>(nullptr), static_cast<float*>(nullptr));
+    default: return make(static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+  }
 }
 
 // The libraries can't take empty operands (oneDNN 2.6 traps with SIGFPE creating a K = 0
@@ -132,7 +145,8 @@ std::function<std::unique_ptr<KernelInstance>(const KernelSpec&)> library_kernel
 
 // DNNL_MAX_NDIMS is 12: the matrix dims and 10 batch dims.
 std::string onednn_unsupported(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype != DType::F32) return "f32 only";
+  const DType dtype = spec.inputs[0].dtype;
+  if (dtype != DType::F32 && dtype != DType::BF16) return "f32 and bf16 only";
   if (geometry_of(spec).batch.size() > 10) return "oneDNN takes at most 10 batch dims";
   return "";
 }

@@ -50,7 +50,7 @@ std::vector<Value*> fold(Graph& g, const Match& m) {
   }
   Value* weights = g.add_constant(m["w"]->name() + "_bn", new_w);
   Value* bias = g.add_constant(m.root->name() + "_bias", new_b);
-  Value* y = g.add("matmul", {m["x"], weights}, mm->attrs(), mm->output()->name());
+  Value* y = g.add_uncast("matmul", {m["x"], weights}, mm->attrs(), mm->output()->name());
   return {g.add("add", {y, bias}, {}, m.root->name())};
 }
 
@@ -61,7 +61,7 @@ std::vector<Value*> rewrite(Graph& g, const Match& m) {
   if (mm->inputs().size() != 2 || mm->attr_string("fused_activation") != "none" || y.rank() != 2 ||
       !y.shape[1].is_static() || y.shape[1].size() == 0 || m["w"]->type().rank() != 2)
     return {};
-  for (const char* param : {"gamma", "beta", "mean", "var"})
+  for (const char* param : {"w", "gamma", "beta", "mean", "var"})  // not a bf16-operand matmul
     if (m[param]->type().dtype != y.dtype) return {};
   if (m.has("b")) {
     const TensorType& b = m["b"]->type();

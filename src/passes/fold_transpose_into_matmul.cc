@@ -21,7 +21,7 @@ std::vector<Value*> rewrite(Graph& g, const Match& m) {
   inputs[1] = m["b"];
   AttrMap attrs = m.root->attrs();
   attrs["transpose_b"] = !m.root->attr_bool("transpose_b");
-  return {g.add("matmul", inputs, std::move(attrs), m.root->name())};
+  return {g.add_uncast("matmul", inputs, std::move(attrs), m.root->name())};
 }
 
 }  // namespace

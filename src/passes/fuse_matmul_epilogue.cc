@@ -55,8 +55,8 @@ std::vector<Value*> extend(Graph& g, const Match& m, const std::vector<Value*>& 
   AttrMap attrs = mm->attrs();
   update(attrs);
   // Named after the value it replaces, which is what the rest of the graph knows.
-  if (!m.has("view")) return {g.add("matmul", inputs, std::move(attrs), m.root->name())};
-  Value* fused = g.add("matmul", inputs, std::move(attrs), m["view"]->name());
+  if (!m.has("view")) return {g.add_uncast("matmul", inputs, std::move(attrs), m.root->name())};
+  Value* fused = g.add_uncast("matmul", inputs, std::move(attrs), m["view"]->name());
   return {g.add("reshape", {fused}, m.node("view")->attrs(), m.root->name())};
 }
 

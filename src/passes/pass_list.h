@@ -9,6 +9,10 @@
 namespace kiln {
 
 // Stage prepare.
+// On CPUs with AVX512-BF16 (or when `native_bf16`): matmuls of widened bf16 values take them as
+// bf16.
+std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul();
+std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul(bool native_bf16);
 std::unique_ptr<Pass> make_fold_transpose_into_matmul();
 std::unique_ptr<Pass> make_constant_folding();
 std::unique_ptr<Pass> make_algebraic_simplification();

@@ -44,10 +44,15 @@ inline Tensor create_and_run(const std::string& op, const std::string& kernel,
   return run_instance(*kernel_of(op, kernel).create(spec), spec, inputs);
 }
 
-// Element-wise |t| (f32), for the magnitudes that bound rounding errors.
+// Element-wise |t| (f32 or bf16), for the magnitudes that bound rounding errors.
 inline Tensor abs_of(const Tensor& t) {
   Tensor out = Tensor::empty(t.dtype(), t.sizes());
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = std::fabs(t.data<float>()[i]);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::BF16)
+      out.data<cpu::BFloat16>()[i].bits = t.data<cpu::BFloat16>()[i].bits & 0x7fff;
+    else
+      out.data<float>()[i] = std::fabs(t.data<float>()[i]);
+  }
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/float16.h"
 #include "kiln/kiln.h"
 #include "ops/op_registry.h"
 
@@ -113,6 +114,8 @@ inline Tensor random_tensor(DType dtype, const std::vector<int64_t>& sizes, std:
       case DType::F64: t.data<double>()[i] = v; break;
       case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
       case DType::I64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DType::BF16: t.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(static_cast<float>(v)); break;
+      case DType::F16: t.data<cpu::Float16>()[i] = cpu::to_float16(static_cast<float>(v)); break;
       default: KILN_ASSERT(false, "random_tensor: unsupported dtype");
     }
   }

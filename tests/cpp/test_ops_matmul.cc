@@ -43,25 +43,38 @@ struct MatmulGraph {
     Value* a = graph.add_input("A", TensorType{dtype, make_shape(c.a)});
     Value* b = c.b_constant ? graph.add_constant("B", inputs[1])
                             : graph.add_input("B", TensorType{dtype, make_shape(c.b)});
-    graph.add("matmul", {a, b}, {{"transpose_b", c.transpose_b}});
+    // Uncast: bf16 operands as fold_bf16_casts_into_matmul leaves them.
+    graph.add_uncast("matmul", {a, b}, {{"transpose_b", c.transpose_b}});
     node = graph.nodes().at(0);
   }
 };
 
-// Both library kernels against the reference. create() is called whatever unsupported_reason
-// says: the selection rule prefers one library per shape class, but each must be right on all.
-void check_kernels_against_reference(const MatmulCase& c) {
-  SCOPED_TRACE(c.name());
+// The library kernels against the reference: both for f32; for bf16 operands (which the
+// reference widens, summing in double as for f32) oneDNN's, and the widened f32 GEMM it falls
+// back to on CPUs without AVX512-BF16. create() is called whatever
+// unsupported_reason says: the selection rule prefers one library per shape class, but each must
+// be right on all.
+void check_kernels_against_reference(const MatmulCase& c, DType dtype = DType::F32) {
+  SCOPED_TRACE(c.name() + " " + std::string(dtype_name(dtype)));
   std::mt19937 rng(static_cast<uint32_t>(c.a.size() * 1000 + c.b.size() + c.a.back()));
-  MatmulGraph m(c, rng);
+  MatmulGraph m(c, rng, dtype);
   KernelSpec spec = spec_with_constants(*m.node);
   Tensor expected = create_and_run("matmul", "reference", spec, m.inputs);
   Tensor magnitude =
       create_and_run("matmul", "reference", spec, {abs_of(m.inputs[0]), abs_of(m.inputs[1])});
   const int64_t k = c.a.back();
-  for (const char* name : {"openblas", "onednn"}) {
+  const std::vector<const char*> kernels = dtype == DType::BF16
+                                               ? std::vector<const char*>{"onednn"}
+                                               : std::vector<const char*>{"openblas", "onednn"};
+  for (const char* name : kernels) {
     Tensor got = create_and_run("matmul", name, spec, m.inputs);
     test::expect_within_dot_bound(got, expected, magnitude, k, std::string(name) + " " + c.name());
+  }
+  const cpu::MatmulGeometry geometry =
+      cpu::make_matmul_geometry(c.a, c.b, c.transpose_b);
+  if (dtype == DType::BF16 && !geometry.is_degenerate()) {  // what CPUs without AVX512-BF16 run
+    Tensor got = run_instance(*cpu::create_widened_bf16_matmul(geometry, spec), spec, m.inputs);
+    test::expect_within_dot_bound(got, expected, magnitude, k, "widened " + c.name());
   }
 }
 
@@ -129,6 +142,19 @@ TEST(OpsMatmul, KernelsMatchReferenceWithTransposeAndConstantB) {
         for (bool transpose_b : {false, true})
           check_kernels_against_reference({{m, k}, b_sizes(k, n, transpose_b), transpose_b, true});
   for (int64_t m : {1, 7, 64}) check_kernels_against_reference({{m, 33}, {40, 33}, true, false});
+}
+
+// A product of two bf16 values is exact in f32, so the f32 bound holds for bf16 operands too.
+TEST(OpsMatmul, Bf16OperandKernelsMatchReference) {
+  const int64_t sizes[] = {1, 3, 17, 129};
+  for (int64_t m : sizes)
+    for (int64_t n : sizes)
+      for (int64_t k : sizes)
+        for (bool transpose_b : {false, true})
+          check_kernels_against_reference({{m, k}, b_sizes(k, n, transpose_b), transpose_b, true},
+                                          DType::BF16);
+  check_kernels_against_reference({{2, 1, 7, 33}, {3, 33, 5}}, DType::BF16);  // broadcast batch
+  check_kernels_against_reference({{64, 40}, {40, 24}}, DType::BF16);  // B an input: widened per run
 }
 
 TEST(OpsMatmul, KernelsMatchReferenceOnBroadcastBatches) {
@@ -231,7 +257,12 @@ TEST(OpsMatmul, SelectionFollowsTheMeasuredRule) {
   MatmulGraph f64({{4, 4}, {4, 4}}, rng, DType::F64);
   KernelSpec spec = spec_with_constants(*f64.node);
   EXPECT_EQ(test::kernel_of("matmul", "openblas").unsupported_reason(spec), "f32 only");
-  EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(spec), "f32 only");
+  EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(spec), "f32 and bf16 only");
+
+  MatmulGraph bf16({{4, 4}, {4, 4}}, rng, DType::BF16);
+  KernelSpec bf16_spec = spec_with_constants(*bf16.node);
+  EXPECT_EQ(test::kernel_of("matmul", "openblas").unsupported_reason(bf16_spec), "f32 only");
+  EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(bf16_spec), "");
 }
 
 // ---------------------------------------------------------------- type inference
@@ -247,6 +278,25 @@ TEST(OpsMatmul, InfersShapesWithSymbolsAndBroadcast) {
   Value* v = g.add_input("v", f32({5}));
   EXPECT_EQ(g.add("matmul", {a, v})->type().shape, (Shape{batch, Dim(1), Dim(7)}));
   EXPECT_EQ(g.add("matmul", {v, g.add_input("m", f32({5, 2}))})->type().shape, Shape{Dim(2)});
+}
+
+// bf16 operands (fold_bf16_casts_into_matmul's form) give an f32 result with an f32 epilogue.
+TEST(OpsMatmul, Bf16OperandsGiveAnF32Result) {
+  Graph g;
+  Value* a = g.add_input("A", TensorType{DType::BF16, make_shape({7, 5})});
+  Value* w = g.add_input("W", TensorType{DType::BF16, make_shape({3, 5})});
+  Value* bias = g.add_input("bias", f32({3}));
+  Value* y = g.add_uncast("matmul", {a, w, bias}, {{"transpose_b", true}, {"bias", true}});
+  EXPECT_EQ(y->type(), f32({7, 3}));
+  Value* f = g.add_input("F", f32({5, 3}));
+  std::string msg = error_message([&] { g.add_uncast("matmul", {a, f}); },
+                                  ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("same dtype"), std::string::npos) << msg;
+  Value* bf16_bias = g.add_input("bf16_bias", TensorType{DType::BF16, make_shape({3})});
+  msg = error_message([&] {
+    g.add_uncast("matmul", {a, w, bf16_bias}, {{"transpose_b", true}, {"bias", true}});
+  }, ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("the result's dtype"), std::string::npos) << msg;
 }
 
 TEST(OpsMatmul, ShapeInferenceFailuresNameTheShapes) {

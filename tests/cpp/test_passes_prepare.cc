@@ -61,6 +61,56 @@ graph @g {
 })");
 }
 
+// A bf16 model's matmuls arrive between casts to f32 (the builder's rule); on CPUs with bf16 dot
+// products the GEMM reads the bf16 values themselves, and the result stays f32. The reference
+// kernels of both forms sum the same exact products in double: bit for bit.
+TEST(FoldBf16CastsIntoMatmul, MatmulsReadWidenedBf16OperandsAsTheyAre) {
+  auto pass = make_fold_bf16_casts_into_matmul(/*native_bf16=*/true);
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : bf16[2, 3]
+  input %v : f32[2, 3]
+  input %h : f16[2, 3]
+  const %w : bf16[4, 3] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+  const %bias : f32[4] = [0.5, -0.25, 1, 2]
+  %x32 = to(%x) {dtype = "f32"}
+  %w32 = to(%w) {dtype = "f32"}
+  %y = matmul(%x32, %w32, %bias) {bias = true, transpose_b = true}
+  %z = matmul(%v, %w32) {transpose_b = true}
+  %h32 = to(%h) {dtype = "f32"}
+  %u = matmul(%h32, %w32) {transpose_b = true}
+  output %y, %z, %u
+})",
+                 R"(
+graph @g {
+  input %x : bf16[2, 3]
+  input %v : f32[2, 3]
+  input %h : f16[2, 3]
+  const %w : bf16[4, 3] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+  const %bias : f32[4] = [0.5, -0.25, 1, 2]
+  %w32 : f32[4, 3] = to(%w) {dtype = "f32"}
+  %z : f32[2, 4] = matmul(%v, %w32) {transpose_b = true}
+  %h32 : f32[2, 3] = to(%h) {dtype = "f32"}
+  %u : f32[2, 4] = matmul(%h32, %w32) {transpose_b = true}
+  %y_1 : f32[2, 4] = matmul(%x, %w, %bias) {bias = true, transpose_b = true}
+  output %y_1, %z, %u
+})");
+}
+
+// Without bf16 dot products the f32 GEMM stays: oneDNN would emulate the bf16 one.
+TEST(FoldBf16CastsIntoMatmul, LeavesMatmulsAloneWithoutNativeBf16) {
+  auto pass = make_fold_bf16_casts_into_matmul(/*native_bf16=*/false);
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : bf16[2, 3]
+  input %w : bf16[3, 4]
+  %x32 = to(%x) {dtype = "f32"}
+  %w32 = to(%w) {dtype = "f32"}
+  %y = matmul(%x32, %w32)
+  output %y
+})");
+}
+
 TEST(ConstantFolding, FoldsSubgraphsThatDependOnlyOnWeights) {
   auto pass = make_constant_folding();
   // permute(w) and b + b depend on weights only; the matmul and the final add read %x.

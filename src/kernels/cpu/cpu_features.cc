@@ -11,6 +11,15 @@ bool has_avx2_fma() {
 #endif
 }
 
+bool has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported = __builtin_cpu_supports("avx512bf16");
+  return supported;
+#else
+  return false;
+#endif
+}
+
 std::string avx2_f32_unsupported_reason(DType dtype) {
   if (!has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
   if (dtype != DType::F32)

@@ -46,5 +46,9 @@ std::unique_ptr<KernelInstance> create_openblas_matmul(const MatmulGeometry& g,
                                                        const KernelSpec& spec);
 std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
                                                      const KernelSpec& spec);
+// bf16 operands (f32 result) through the f32 kernels above, widened: the oneDNN kernel's path
+// on CPUs without AVX512-BF16.
+std::unique_ptr<KernelInstance> create_widened_bf16_matmul(const MatmulGeometry& g,
+                                                           const KernelSpec& spec);
 
 }  // namespace kiln::cpu

@@ -1,7 +1,9 @@
 // Matmul through oneDNN's matmul primitive: the whole broadcast batch in one primitive, B
 // reordered once into the primitive's preferred layout when it is a graph constant. An epilogue
 // becomes the primitive's bias and post-ops (eltwise activation, binary add of the residual),
-// applied by oneDNN to each output block as it is computed.
+// applied by oneDNN to each output block as it is computed. bf16 operands give an f32 result
+// (AVX512-BF16 dot products, f32 accumulation; without them, gemm_widened_bf16.cc).
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/library_threads.h"
@@ -37,22 +39,23 @@ class OneDnnMatmul final : public KernelInstance {
       : threads_(spec.threads), e_(epilogue_of(spec.node)) {
     // Creation sizes the primitive's work split by the thread count it sees.
     LibraryThreads scope(threads_);
-    src_desc_ = plain_f32_desc(with_matrix(g.a_batch, g.m, g.k));
+    const dnnl::memory::data_type operand = spec.inputs[0].dtype == DType::BF16
+                                                ? dnnl::memory::data_type::bf16
+                                                : dnnl::memory::data_type::f32;
+    src_desc_ = plain_desc(with_matrix(g.a_batch, g.m, g.k), operand);
     dst_desc_ = plain_f32_desc(with_matrix(g.batch, g.m, g.n));
     dnnl::memory::desc b_desc;
     if (g.transpose_b) {
       // B is stored [..., N, K]: describe it as [..., K, N] with the last two strides swapped.
       dnnl::memory::dims strides = row_major_strides(with_matrix(g.b_batch, g.n, g.k));
       std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
-      b_desc = dnnl::memory::desc(to_dims(with_matrix(g.b_batch, g.k, g.n)),
-                                  dnnl::memory::data_type::f32, strides);
+      b_desc = dnnl::memory::desc(to_dims(with_matrix(g.b_batch, g.k, g.n)), operand, strides);
     } else {
-      b_desc = plain_f32_desc(with_matrix(g.b_batch, g.k, g.n));
+      b_desc = plain_desc(with_matrix(g.b_batch, g.k, g.n), operand);
     }
     const Tensor* b_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
     dnnl::memory::desc weights_request =
-        b_constant ? dnnl::memory::desc(b_desc.dims(), dnnl::memory::data_type::f32,
-                                        dnnl::memory::format_tag::any)
+        b_constant ? dnnl::memory::desc(b_desc.dims(), operand, dnnl::memory::format_tag::any)
                    : b_desc;
     dnnl::primitive_attr attr = user_scratchpad_attr();
     dnnl::post_ops post_ops;
@@ -110,6 +113,8 @@ class OneDnnMatmul final : public KernelInstance {
 std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
                                                      const KernelSpec& spec) {
   KILN_ASSERT(!g.is_degenerate(), "oneDNN matmul given a degenerate geometry");
+  if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16())
+    return create_widened_bf16_matmul(g, spec);  // oneDNN would emulate bf16, or refuse it
   return std::make_unique<OneDnnMatmul>(g, spec);
 }
 

@@ -44,9 +44,14 @@ inline dnnl::memory::dims row_major_strides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
-// A dense row-major f32 descriptor.
+// A dense row-major descriptor.
+inline dnnl::memory::desc plain_desc(const std::vector<int64_t>& sizes,
+                                     dnnl::memory::data_type type) {
+  return dnnl::memory::desc(to_dims(sizes), type, row_major_strides(sizes));
+}
+
 inline dnnl::memory::desc plain_f32_desc(const std::vector<int64_t>& sizes) {
-  return dnnl::memory::desc(to_dims(sizes), dnnl::memory::data_type::f32, row_major_strides(sizes));
+  return plain_desc(sizes, dnnl::memory::data_type::f32);
 }
 
 // Runs a primitive on this thread's stream and waits for it (oneDNN's OpenMP CPU runtime
