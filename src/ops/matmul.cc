@@ -1,9 +1,9 @@
-// matmul: torch.matmul on f32 and f64 (and bf16 operands with an f32 result: what
-// matmul_on_bf16_operands makes of the f32 matmul of two widened bf16 values), batch dims broadcast, rank-1 operands included, and an
-// optional transpose_b for B stored as [..., N, K] (a linear layer's weights), and an optional
-// epilogue fused into it (kernels/cpu/gemm_epilogue.h): C = fused_activation(A·B + bias) +
-// residual, with attributes bias and residual saying which of the variadic epilogue inputs are
-// present.
+// matmul: torch.matmul on f32 and f64 (and bf16 operands with an f32 result, which
+// fold_bf16_casts_into_matmul makes of an f32 matmul of two widened bf16 values), batch dims
+// broadcast, rank-1 operands included, and an optional transpose_b for B stored as [..., N, K]
+// (a linear layer's weights), and an optional epilogue fused into it (kernels/cpu/gemm_epilogue.h):
+// C = fused_activation(A·B + bias) + residual, with attributes bias and residual saying which of
+// the variadic epilogue inputs are present.
 //
 // Kernels, best first: OpenBLAS and oneDNN (f32), each taking the shape classes where it was
 // measured faster (kernels/cpu/gemm.cc), oneDNN for bf16 (its bf16 GEMM on CPUs with AVX512-BF16,
