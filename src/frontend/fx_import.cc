@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "frontend/converter.h"
+#include "kernels/cpu/cast.h"
 #include "ir/sym_expr.h"
 #include "ops/low_precision.h"
 #include "ops/op_registry.h"
@@ -278,14 +279,8 @@ std::vector<Value*> ConvertContext::round_results(std::vector<Value*> outputs) {
 
 Value* ConvertContext::scalar(double value, DType dtype) {
   Tensor t = Tensor::empty(dtype, {});
-  switch (dtype) {
-    case DType::F32: *t.data<float>() = static_cast<float>(value); break;
-    case DType::F64: *t.data<double>() = value; break;
-    case DType::I64: *t.data<int64_t>() = static_cast<int64_t>(value); break;
-    case DType::I32: *t.data<int32_t>() = static_cast<int32_t>(value); break;
-    case DType::Bool: *t.data<bool>() = value != 0; break;
-    default: unsupported("a scalar of dtype " + std::string(dtype_name(dtype)));
-  }
+  // PyTorch's conversion of a Python number (f16 and bf16 through float, as c10's constructors).
+  cpu::cast_reference(DType::F64, dtype, &value, t.data(), 0, 1);
   return graph_.add_constant(name_ + "_scalar", t);
 }
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from kiln.bench import report
 from kiln.bench.__main__ import _parser, main
@@ -80,7 +81,23 @@ def test_report_shows_speedups_and_failures():
     assert failed.endswith("| BackendUnavailable: no \\| openvino … |")
 
 
-@pytest.mark.parametrize("arguments", [["--models", "bert"], ["--backends", "eager,tvm"],
+def test_model_ids_may_name_a_dtype():
+    from kiln.bench import models
+    assert _parser().parse_args(["--models", "bert-base:bf16,resnet50"]).models == [
+        "bert-base:bf16", "resnet50"]
+    bert, tokens = models.build("bert-base:bf16", "small", 2)
+    assert {p.dtype for p in bert.parameters()} == {torch.bfloat16} and tokens.dtype == torch.int64
+    resnet, images = models.build("resnet50:f16", "small", 2)
+    assert {p.dtype for p in resnet.parameters()} == {torch.float16}
+    assert images.dtype == torch.float16
+    # The same weights as the fp32 model, cast.
+    fp32, _ = models.build("resnet50", "small", 2)
+    assert all(torch.equal(a.to(torch.float16), b)
+               for a, b in zip(fp32.parameters(), resnet.parameters()))
+
+
+@pytest.mark.parametrize("arguments", [["--models", "bert"], ["--models", "bert-base:int8"],
+                                       ["--models", "bert-base:"], ["--backends", "eager,tvm"],
                                        ["--batch", "0"], ["--threads", "two"]])
 def test_invalid_arguments_are_refused(arguments, capsys):
     with pytest.raises(SystemExit):

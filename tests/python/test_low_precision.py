@@ -172,15 +172,21 @@ def test_conv_net(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
-def test_bert_small(dtype):
+def test_bert_small(dtype, tmp_path):
     model, ids = kiln.bench.models.build("bert-base", "small", 2)
     model = model.to(dtype)
+    report = kiln.explain(model, ids)
+    assert not report.fallback, str(report)  # its scalar_tensor nodes of 2-byte floats included
     check_model(model, ids, factor=2)
+    # The same graph without PyTorch to fall back to.
+    kiln.export(model, (ids,), tmp_path / "bert.kiln")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kiln")(ids)
+    assert torch.equal(torch.as_tensor(kiln.load(tmp_path / "bert.kiln")(ids)), compiled)
 
 
-# Upsampling, through Kiln's own graphs (torch.compile decomposes F.interpolate before Kiln sees
-# it): nearest copies 2-byte floats as they are; bilinear computes in f32 and rounds once
-# (docs/ops.md).
+# Upsampling, through Kiln's own graphs (test_converters_upsample.py covers F.interpolate): nearest
+# copies 2-byte floats as they are; bilinear computes in f32 and rounds once (docs/ops.md).
 
 UPSAMPLE_MODES = {"nearest": {}, "bilinear": {"align_corners": False},
                   "bilinear_align_corners": {"align_corners": True}}

@@ -20,19 +20,21 @@ import tempfile
 
 from kiln.bench import report, worker
 from kiln.bench.backends import BACKENDS
-from kiln.bench.models import MODELS, SIZES
+from kiln.bench.models import DTYPES, MODELS, SIZES, is_model_id
 
 _LOG_TAIL_CHARS = 2000
 
 
-def _id_list(choices):
+def _id_list(choices, accepts=None, hint=""):
+    accepts = accepts or choices.__contains__
+
     def parse(text: str) -> list[str]:
         ids = [part.strip() for part in text.split(",") if part.strip()]
-        unknown = [i for i in ids if i not in choices]
+        unknown = [i for i in ids if not accepts(i)]
         if unknown or not ids:
             raise argparse.ArgumentTypeError(
                 f"unknown id(s) {', '.join(unknown) or '(none given)'}; choose from "
-                f"{', '.join(choices)}")
+                f"{', '.join(choices)}{hint}")
         return ids
     return parse
 
@@ -53,8 +55,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Latency, throughput, compile time, peak memory and error against eager of "
                     "transformers models on Kiln and its peers, each measurement in its own "
                     "process.")
-    parser.add_argument("--models", type=_id_list(MODELS), default=list(MODELS),
-                        help=f"comma list of {', '.join(MODELS)} (default: all)")
+    dtypes = " or ".join(f":{d}" for d in DTYPES)
+    parser.add_argument("--models", default=list(MODELS),
+                        type=_id_list(MODELS, is_model_id, f" (each may end in {dtypes})"),
+                        help=f"comma list of {', '.join(MODELS)} (default: all), each fp32 or "
+                             f"with {dtypes} for the model in that dtype")
     parser.add_argument("--backends", type=_id_list(BACKENDS), default=list(BACKENDS),
                         help=f"comma list of {', '.join(BACKENDS)} (default: all)")
     parser.add_argument("--batch", type=_int_list, default=[1], help="comma list (default: 1)")

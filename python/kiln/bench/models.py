@@ -1,4 +1,5 @@
-"""The benchmark models: `transformers` models random-initialized from their configs, fp32.
+"""The benchmark models: `transformers` models random-initialized from their configs, fp32, or
+bf16/f16 when the id says so ("bert-base:bf16": the same weights cast, image inputs too).
 
 Nothing is downloaded: each model is built from a config with a fixed seed, so every worker
 process builds the same weights. Each comes in two sizes: "full" (the real architecture, the one
@@ -87,13 +88,27 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def is_model_id(text: str) -> bool:
+    """A model of MODELS, alone or with ":" and a dtype of DTYPES."""
+    name, colon, dtype = text.partition(":")
+    return name in MODELS and (not colon or dtype in DTYPES)
+
+
 def build(model_id: str, size: str, batch: int, seed: int = 0):
     """The model (eval mode, returning last_hidden_state) and its input, the same in every
     process for the same arguments."""
-    spec = MODELS[model_id]
+    name, _, dtype = model_id.partition(":")
+    spec = MODELS[name]
     torch.manual_seed(seed)
     hf_model = spec.build(size)
     extent = spec.extent[size]
     inputs = (torch.randint(0, hf_model.config.vocab_size, (batch, extent)) if spec.takes_tokens
               else torch.randn(batch, 3, extent, extent))
-    return LastHiddenState(hf_model).eval(), inputs
+    model = LastHiddenState(hf_model).eval()
+    if dtype:
+        model = model.to(DTYPES[dtype])
+        inputs = inputs if spec.takes_tokens else inputs.to(DTYPES[dtype])
+    return model, inputs
