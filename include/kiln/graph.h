@@ -171,6 +171,9 @@ class Graph {
   void check_owned(const Value* v, const std::string& where) const;
   Node* append_node(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs,
                     const std::string& name);
+  // add_node, with or without the f16/bf16 casts.
+  std::vector<Value*> add_node_cast(const std::string& op, const std::vector<Value*>& inputs,
+                                    AttrMap attrs, const std::string& name, bool cast);
 
   std::string name_;
   SymbolTable symbols_;

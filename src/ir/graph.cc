@@ -125,22 +125,7 @@ Node* Graph::append_node(const std::string& op, const std::vector<Value*>& input
 
 std::vector<Value*> Graph::add_node(const std::string& op, const std::vector<Value*>& inputs,
                                     AttrMap attrs, const std::string& name) {
-  const OpDef* def = OpRegistry::instance().find(op);
-  if (!def)
-    throw_error(ErrorCode::UnsupportedOperator, "unknown operator '", op,
-                "'; see docs/ops.md for the ops Kiln supports");
-  std::vector<TensorType> in_types;
-  for (Value* in : inputs) {
-    check_owned(in, "an input of a '" + op + "' node");
-    in_types.push_back(in->type());
-  }
-  std::string node_name = name.empty() ? op : name;
-  if (def->computes_low_precision_in_f32)
-    if (std::optional<DType> result = low_precision_result(*def, inputs))
-      return add_node_through_f32(*this, *def, inputs, std::move(attrs), node_name, *result);
-  std::vector<TensorType> out_types = infer_node_types(*def, node_name, in_types, attrs, symbols_);
-  Node* n = add_node_with_types(op, inputs, std::move(attrs), out_types, node_name);
-  return n->outputs_;
+  return add_node_cast(op, inputs, std::move(attrs), name, /*cast=*/true);
 }
 
 Value* Graph::add(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs,
@@ -154,17 +139,29 @@ Value* Graph::add(const std::string& op, const std::vector<Value*>& inputs, Attr
 
 Value* Graph::add_uncast(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs,
                          const std::string& name) {
+  std::vector<Value*> outs = add_node_cast(op, inputs, std::move(attrs), name, /*cast=*/false);
+  KILN_ASSERT(outs.size() == 1, "add_uncast of " << op << ", which has several outputs");
+  return outs[0];
+}
+
+std::vector<Value*> Graph::add_node_cast(const std::string& op, const std::vector<Value*>& inputs,
+                                         AttrMap attrs, const std::string& name, bool cast) {
   const OpDef* def = OpRegistry::instance().find(op);
-  KILN_ASSERT(def, "add_uncast of unknown op " << op);
+  if (!def)
+    throw_error(ErrorCode::UnsupportedOperator, "unknown operator '", op,
+                "'; see docs/ops.md for the ops Kiln supports");
   std::vector<TensorType> in_types;
   for (Value* in : inputs) {
     check_owned(in, "an input of a '" + op + "' node");
     in_types.push_back(in->type());
   }
-  const std::string node_name = name.empty() ? op : name;
+  std::string node_name = name.empty() ? op : name;
+  if (cast && def->computes_low_precision_in_f32)
+    if (std::optional<DType> result = low_precision_result(*def, inputs))
+      return add_node_through_f32(*this, *def, inputs, std::move(attrs), node_name, *result);
   std::vector<TensorType> out_types = infer_node_types(*def, node_name, in_types, attrs, symbols_);
-  KILN_ASSERT(out_types.size() == 1, "add_uncast of " << op << ", which has several outputs");
-  return add_node_with_types(op, inputs, std::move(attrs), out_types, node_name)->outputs_[0];
+  Node* n = add_node_with_types(op, inputs, std::move(attrs), out_types, node_name);
+  return n->outputs_;
 }
 
 Node* Graph::add_node_with_types(const std::string& op, const std::vector<Value*>& inputs,

@@ -3,6 +3,7 @@
 // creation, then the f32 GEMM that the measured rule picks. As exact as the bf16 GEMM: every
 // product of two bf16 values is exact in f32, and both accumulate in f32.
 #include <algorithm>
+#include <array>
 #include <climits>
 
 #include "kernels/cpu/cast.h"
@@ -16,18 +17,23 @@ constexpr size_t kAlign = 64;
 
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-void widen(const void* bf16, float* out, int64_t n) {
-  if (vector_cast_unsupported_reason(DType::BF16, DType::F32).empty())
-    vector_cast(DType::BF16, DType::F32)(bf16, out, n);
-  else
-    cast_reference(DType::BF16, DType::F32, bf16, out, 0, n);
+void widen_reference(const void* bf16, void* out, int64_t n) {
+  cast_reference(DType::BF16, DType::F32, bf16, out, 0, n);
+}
+
+// The vector cast where the CPU has one.
+CastArrayFn widener() {
+  return vector_cast_unsupported_reason(DType::BF16, DType::F32).empty()
+             ? vector_cast(DType::BF16, DType::F32)
+             : widen_reference;
 }
 
 class WidenedBf16Matmul final : public KernelInstance {
  public:
   WidenedBf16Matmul(const MatmulGeometry& g, const KernelSpec& spec)
       : a_elements_(num_elements(spec.input_sizes(0))),
-        b_elements_(num_elements(spec.input_sizes(1))) {
+        b_elements_(num_elements(spec.input_sizes(1))),
+        widen_(widener()) {
     KernelSpec f32{spec.node, spec.inputs, spec.outputs, spec.constant_inputs, spec.threads,
                    /*prepared=*/nullptr};  // the widened B belongs to this kernel alone
     f32.inputs[0].dtype = f32.inputs[1].dtype = DType::F32;
@@ -35,7 +41,7 @@ class WidenedBf16Matmul final : public KernelInstance {
     if (b) {
       b_constant_ = true;
       wide_b_ = Tensor::empty(DType::F32, b->sizes());
-      widen(b->data(), wide_b_.data<float>(), b_elements_);
+      widen_(b->data(), wide_b_.data(), b_elements_);
       f32.constant_inputs[1] = &wide_b_;
     }
     const bool openblas = std::max({g.m, g.n, g.k}) <= INT_MAX &&
@@ -56,17 +62,21 @@ class WidenedBf16Matmul final : public KernelInstance {
     bytes += aligned(inner_->scratch_bytes());
     auto* a = reinterpret_cast<float*>(bytes);
     bytes += aligned(a_elements_ * sizeof(float));
-    widen(inputs[0], a, a_elements_);
+    widen_(inputs[0], a, a_elements_);
     const float* b = b_constant_ ? wide_b_.data<float>() : reinterpret_cast<float*>(bytes);
-    if (!b_constant_) widen(inputs[1], reinterpret_cast<float*>(bytes), b_elements_);
-    std::vector<const void*> wide(inputs.begin(), inputs.end());
+    if (!b_constant_) widen_(inputs[1], bytes, b_elements_);
+    // A, B, then the epilogue's bias and residual: at most 4.
+    std::array<const void*, 4> wide{};
+    KILN_ASSERT(inputs.size() <= wide.size(), "matmul with " << inputs.size() << " inputs");
+    std::copy(inputs.begin(), inputs.end(), wide.begin());
     wide[0] = a;
     wide[1] = b;
-    inner_->run(wide, outputs, inner_scratch);
+    inner_->run(std::span(wide.data(), inputs.size()), outputs, inner_scratch);
   }
 
  private:
   size_t a_elements_, b_elements_;
+  CastArrayFn widen_;
   bool b_constant_ = false;
   Tensor wide_b_;  // B in f32 when it is a constant
   std::unique_ptr<KernelInstance> inner_;
