@@ -1,27 +1,35 @@
-// conv2d: PyTorch's Conv2d forward on [N, C, H, W] tensors, f32 and f64.
+// conv2d: PyTorch's Conv2d forward on [N, C, H, W] tensors, f32 and f64, and bf16 x and w (which
+// fold_bf16_casts_into_conv makes of an f32 convolution of widened bf16 values) accumulated in
+// f32, with an f32 bias and an f32 result, or a bf16 one (attribute dtype) rounded once after the
+// epilogue.
 //
 // Inputs x[N, C, H, W], w[O, C/groups, KH, KW], then optionally bias[O], then r (when residual is
 // true). Attributes: stride [sh, sw], padding [ph, pw] (symmetric) or [top, left, bottom, right],
 // dilation [dh, dw], groups, and the epilogue fusion passes set, applied by the same kernel as
 // the result is stored (cpu::ConvEpilogue):
 //   y = clamp(fused_activation(conv(x, w) + bias + r), clamp_min, clamp_max)
+// computed in x's dtype (f32 for bf16 x) and stored in y's.
 // with fused_activation one of the matmul epilogue's ("none", "relu", "gelu_erf", ...), clamp
 // bounds -inf and inf (none) by default, and r of y's type and layout. The defaults leave a plain
 // convolution. x may be in any layout; y is in `layout` (the format stage sets it); w and bias
 // are plain.
 //
-// Kernels, best first: oneDNN (f32), then the reference loops (f32, f64), which read and write
-// non-plain layouts through plain copies in their scratch memory.
+// Kernels, best first: oneDNN (f32, bf16), then the reference loops (every dtype), which read and
+// write non-plain layouts through plain copies in their scratch memory.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "ops/dtype_attr.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -97,9 +105,22 @@ void infer_conv2d(InferContext& ctx) {
   ctx.check(w.rank() == 4, "w must be 4-D [O, C/groups, KH, KW]");
   Extras extras;
   check_epilogue(ctx, extras);
-  ctx.check(x.dtype == DType::F32 || x.dtype == DType::F64, "conv2d supports f32 and f64");
-  for (size_t i = 1; i < ctx.num_inputs(); ++i)
-    ctx.check(ctx.input(i).dtype == x.dtype, "every input must have x's dtype");
+  ctx.check(x.dtype == DType::F32 || x.dtype == DType::F64 || x.dtype == DType::BF16,
+            "conv2d supports f32 and f64, and bf16 x and w (accumulated in f32)");
+  ctx.check(w.dtype == x.dtype, "w must have x's dtype");
+  // bf16 operands accumulate in f32: the bias is f32 and the result f32 unless dtype says bf16.
+  const DType accumulator = x.dtype == DType::BF16 ? DType::F32 : x.dtype;
+  const DType result = dtype_attr(ctx, "dtype", accumulator);
+  const std::string operands(dtype_name(x.dtype)), accumulates(dtype_name(accumulator));
+  ctx.check(result == accumulator || (x.dtype == DType::BF16 && result == DType::BF16),
+            "dtype must be \"\" or " + accumulates + (x.dtype == DType::BF16 ? " or bf16" : "") +
+                " for " + operands + " operands");
+  if (extras.bias)
+    ctx.check(ctx.input(2).dtype == accumulator,
+              "bias must be " + accumulates + " for " + operands + " operands");
+  if (extras.residual)
+    ctx.check(ctx.input(ctx.num_inputs() - 1).dtype == result,
+              "the residual r must have y's dtype " + std::string(dtype_name(result)));
   for (size_t i = 1; i < (extras.bias ? 3u : 2u); ++i)
     ctx.check(ctx.input(i).layout == Layout::Plain, "w and bias must be plain");
   Layout layout = Layout::Plain;
@@ -149,7 +170,7 @@ void infer_conv2d(InferContext& ctx) {
                       "row");
   Dim ow = output_dim(ctx, x.shape[3], pad[1] + pad[3], w.shape[3].size(), dilation[1], stride[1],
                       "column");
-  TensorType y{x.dtype, {x.shape[0], out_channels, oh, ow}, layout};
+  TensorType y{result, {x.shape[0], out_channels, oh, ow}, layout};
   const std::string problem = layout_problem(y.shape, layout);
   ctx.check(problem.empty(), "y can't be in its layout: " + problem);
   if (extras.residual) {
@@ -204,34 +225,41 @@ ConvEpilogue epilogue_of(const KernelSpec& spec) {
                       .clamp_max = node.attr_float("clamp_max")};
 }
 
-// The epilogue after the bias, rounding after each step as the unfused add, activation and
-// hardtanh do, so that a fused reference convolution equals the unfused reference chain.
-template <typename T>
-T reference_epilogue(const ConvEpilogue& e, T y, const T* r) {
-  if (e.residual) y = static_cast<T>(y + *r);
+// The epilogue after the bias, in A (the accumulator's type), rounding after each step as the
+// unfused add, activation and hardtanh do, so that a fused reference convolution equals the
+// unfused reference chain.
+template <typename A>
+A reference_epilogue(const ConvEpilogue& e, A y, const A* r) {
+  if (e.residual) y = static_cast<A>(y + *r);
   y = cpu::reference_activation(e.activation, y);
   if (e.clamps()) {
     // hardtanh's rule (elementwise.cc): NaN stays NaN.
-    const T low = static_cast<T>(e.clamp_min), high = static_cast<T>(e.clamp_max);
+    const A low = static_cast<A>(e.clamp_min), high = static_cast<A>(e.clamp_max);
     y = y < low ? low : y;
     y = high < y ? high : y;
   }
   return y;
 }
 
-// On plain tensors; r is null without a residual.
-template <typename T>
-void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const T* x, const T* w,
-                      const T* bias, const T* r, T* y, int threads) {
+// The type of the bias and the epilogue for operands of type X: f32 for bf16 operands.
+template <typename X>
+using Accumulator = std::conditional_t<std::is_same_v<X, double>, double, float>;
+
+// Operands of type X, result of type Y (rounded once, after the epilogue); on plain tensors; r is
+// null without a residual.
+template <typename X, typename Y>
+void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const X* x, const X* w,
+                      const Accumulator<X>* bias, const Y* r, Y* y, int threads) {
+  using A = Accumulator<X>;
   const int64_t c_per_group = g.c / g.groups, o_per_group = g.o / g.groups;
   const int64_t window = c_per_group * g.kh * g.kw;
   cpu::parallel_chunks(g.n * g.o, g.oh * g.ow * window, threads, [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
       const int64_t batch = plane / g.o, out_channel = plane % g.o;
-      const T* x_group = x + (batch * g.c + out_channel / o_per_group * c_per_group) * g.h * g.w;
-      const T* w_out = w + out_channel * window;
-      T* y_plane = y + plane * g.oh * g.ow;
-      const T* r_plane = r ? r + plane * g.oh * g.ow : nullptr;
+      const auto* x_group = x + (batch * g.c + out_channel / o_per_group * c_per_group) * g.h * g.w;
+      const auto* w_out = w + out_channel * window;
+      Y* y_plane = y + plane * g.oh * g.ow;
+      const Y* r_plane = r ? r + plane * g.oh * g.ow : nullptr;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           // In double, as matmul's reference: exact to about 2^-53 of the sum of |x*w|.
@@ -243,13 +271,15 @@ void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const T* x
               for (int64_t kx = 0; kx < g.kw; ++kx) {
                 const int64_t ix = ox * g.stride_w - g.pad_left + kx * g.dilation_w;
                 if (ix < 0 || ix >= g.w) continue;
-                sum += static_cast<double>(x_group[(c * g.h + iy) * g.w + ix]) *
-                       static_cast<double>(w_out[(c * g.kh + ky) * g.kw + kx]);
+                sum += cpu::convert<double>(x_group[(c * g.h + iy) * g.w + ix]) *
+                       cpu::convert<double>(w_out[(c * g.kh + ky) * g.kw + kx]);
               }
             }
           }
           const int64_t at = oy * g.ow + ox;
-          y_plane[at] = reference_epilogue(e, static_cast<T>(sum), r_plane ? r_plane + at : nullptr);
+          const A residual = r_plane ? cpu::convert<A>(r_plane[at]) : A{};
+          y_plane[at] = cpu::convert<Y>(
+              reference_epilogue(e, static_cast<A>(sum), r_plane ? &residual : nullptr));
         }
       }
     }
@@ -258,7 +288,7 @@ void reference_conv2d(const Conv2dGeometry& g, const ConvEpilogue& e, const T* x
 
 // The reference loops on plain tensors; x, r and y in other layouts go through plain copies in
 // the scratch memory.
-template <typename T>
+template <typename X, typename Y>
 class ReferenceConv2d final : public KernelInstance {
  public:
   explicit ReferenceConv2d(const KernelSpec& spec)
@@ -267,10 +297,10 @@ class ReferenceConv2d final : public KernelInstance {
         threads_(spec.threads),
         x_layout_(spec.inputs[0].layout),
         y_layout_(spec.outputs[0].layout) {
-    if (x_layout_ != Layout::Plain) x_copy_ = take(g_.n * g_.c * g_.h * g_.w);
+    if (x_layout_ != Layout::Plain) x_copy_ = take(g_.n * g_.c * g_.h * g_.w * sizeof(X));
     if (y_layout_ != Layout::Plain) {
-      y_copy_ = take(g_.n * g_.o * g_.oh * g_.ow);
-      if (e_.residual) r_copy_ = take(g_.n * g_.o * g_.oh * g_.ow);
+      y_copy_ = take(g_.n * g_.o * g_.oh * g_.ow * sizeof(Y));
+      if (e_.residual) r_copy_ = take(g_.n * g_.o * g_.oh * g_.ow * sizeof(Y));
     }
   }
 
@@ -280,34 +310,34 @@ class ReferenceConv2d final : public KernelInstance {
            void* scratch) const override {
     auto* base = static_cast<std::byte*>(scratch);
     const cpu::Nchw xs{g_.n, g_.c, g_.h, g_.w}, ys{g_.n, g_.o, g_.oh, g_.ow};
-    const T* x = static_cast<const T*>(in[0]);
+    const X* x = static_cast<const X*>(in[0]);
     if (x_layout_ != Layout::Plain) {
-      T* plain = reinterpret_cast<T*>(base + x_copy_);
+      X* plain = reinterpret_cast<X*>(base + x_copy_);
       cpu::convert_layout(xs, x_layout_, x, Layout::Plain, plain, threads_);
       x = plain;
     }
-    const T* r = e_.residual ? static_cast<const T*>(in[in.size() - 1]) : nullptr;
-    T* y = static_cast<T*>(out[0]);
+    const Y* r = e_.residual ? static_cast<const Y*>(in[in.size() - 1]) : nullptr;
+    Y* y = static_cast<Y*>(out[0]);
     if (y_layout_ != Layout::Plain) {
       if (r) {
-        T* plain = reinterpret_cast<T*>(base + r_copy_);
+        Y* plain = reinterpret_cast<Y*>(base + r_copy_);
         cpu::convert_layout(ys, y_layout_, r, Layout::Plain, plain, threads_);
         r = plain;
       }
-      y = reinterpret_cast<T*>(base + y_copy_);
+      y = reinterpret_cast<Y*>(base + y_copy_);
     }
-    reference_conv2d(g_, e_, x, static_cast<const T*>(in[1]),
-                     e_.bias ? static_cast<const T*>(in[2]) : nullptr, r, y, threads_);
+    reference_conv2d(g_, e_, x, static_cast<const X*>(in[1]),
+                     e_.bias ? static_cast<const Accumulator<X>*>(in[2]) : nullptr, r, y,
+                     threads_);
     if (y_layout_ != Layout::Plain)
-      cpu::convert_layout(ys, Layout::Plain, y, y_layout_, static_cast<T*>(out[0]), threads_);
+      cpu::convert_layout(ys, Layout::Plain, y, y_layout_, static_cast<Y*>(out[0]), threads_);
   }
 
  private:
-  // Reserves `elements` values of scratch; returns their offset (aligned for any kernel use).
-  size_t take(int64_t elements) {
+  // Reserves `bytes` of scratch; returns their offset (aligned for any kernel use).
+  size_t take(int64_t bytes) {
     const size_t offset = scratch_bytes_;
-    const size_t bytes = static_cast<size_t>(elements) * sizeof(T);
-    scratch_bytes_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    scratch_bytes_ += (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
     return offset;
   }
 
@@ -319,12 +349,23 @@ class ReferenceConv2d final : public KernelInstance {
 };
 
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype == DType::F64) return std::make_unique<ReferenceConv2d<double>>(spec);
-  return std::make_unique<ReferenceConv2d<float>>(spec);
+  switch (spec.inputs[0].dtype) {
+    case DType::F64: return std::make_unique<ReferenceConv2d<double, double>>(spec);
+    case DType::BF16:
+      if (spec.outputs[0].dtype == DType::BF16)
+        return std::make_unique<ReferenceConv2d<cpu::BFloat16, cpu::BFloat16>>(spec);
+      return std::make_unique<ReferenceConv2d<cpu::BFloat16, float>>(spec);
+    default: return std::make_unique<ReferenceConv2d<float, float>>(spec);
+  }
 }
 
 std::string onednn_unsupported(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype != DType::F32) return "f32 only";
+  if (spec.inputs[0].dtype != DType::F32 && spec.inputs[0].dtype != DType::BF16)
+    return "f32 and bf16 only";
+  // oneDNN 2.6 has no bf16 convolution for CPUs before AVX-512 (a .kiln model compiled on one
+  // with AVX512-BF16): the reference loops run it there, slowly but right.
+  if (spec.inputs[0].dtype == DType::BF16 && !cpu::has_avx512_bf16())
+    return "bf16 needs AVX512-BF16";
   const Conv2dGeometry g = geometry_of(spec);
   // oneDNN's primitive creation can't take empty tensors; the reference loops write them.
   if (g.n == 0 || g.c == 0 || g.o == 0 || g.oh == 0 || g.ow == 0) return "zero-size tensor";
@@ -345,7 +386,8 @@ void register_conv_ops(OpRegistry& registry) {
                {"clamp_min", -std::numeric_limits<double>::infinity()},
                {"clamp_max", std::numeric_limits<double>::infinity()},
                {"residual", false},
-               {"layout", std::string("plain")}};
+               {"layout", std::string("plain")},
+               {"dtype", std::string("")}};
   def.infer = infer_conv2d;
   def.computes_low_precision_in_f32 = true;
   def.layout_aware = true;

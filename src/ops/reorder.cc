@@ -5,7 +5,7 @@
 //   reorder(x; layout = "plain")   y has x's dtype and shape, stored in `layout`
 //
 // Any dtype. Non-plain layouts are for 4-D tensors whose channels suit them.
-// Kernels, best first: oneDNN's reorder (f32, 4-D), then the reference element copy.
+// Kernels, best first: oneDNN's reorder (f32 and bf16, 4-D), then the reference element copy.
 #include <cstdint>
 #include <cstring>
 
@@ -56,7 +56,8 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
 }
 
 std::string onednn_unsupported(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype != DType::F32) return "f32 only";
+  if (spec.inputs[0].dtype != DType::F32 && spec.inputs[0].dtype != DType::BF16)
+    return "f32 and bf16 only";
   if (spec.inputs[0].rank() != 4) return "4-D tensors only";
   if (num_elements(spec.input_sizes(0)) == 0) return "zero-size tensor";
   return "";

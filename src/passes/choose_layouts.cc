@@ -6,14 +6,15 @@
 //     →  %xL = reorder(%x) {layout = L}
 //        %a' : <L> = conv2d(%xL, %w1) {layout = L} ; %b' : <L> = conv2d(%a', %w2) {layout = L}
 //        %p = reorder(%b') {layout = "plain"} ; %c = relu(%p) ; output %c
-// L is the first of the pass's candidate layouts (cpu::conv_layout_candidates: measured per CPU)
-// that fits every member: each output's channels suit it, and so does each input from outside
-// the chain, or x has fewer channels than a block (oneDNN's first-layer kernels read such an x
-// plain, as a stem convolution reads its 3 channels). A chain that no candidate fits takes the
-// last one, the fallback. Only f32 convolutions join a chain, and only those whose output
-// channels suit the fallback and whose x comes from a member or can be read in the fallback as
-// above (any other plain x would leave oneDNN only its reference kernel; such a convolution
-// stays plain, where oneDNN runs im2col and GEMM). A max or average pooling of
+// L is the first of the pass's candidate layouts for the chain's dtype
+// (cpu::conv_layout_candidates: measured per CPU) that fits every member: each output's channels
+// suit it, and so does each input from outside the chain, or x has fewer channels than a block
+// (oneDNN's first-layer kernels read such an x plain, as a stem convolution reads its 3
+// channels). A chain that no candidate fits takes the last one, the fallback. Only f32 and bf16
+// convolutions join a chain, and only those whose output channels suit the fallback and whose x
+// comes from a member or can be read in the fallback as above (any other plain x would leave
+// oneDNN only its reference kernel; such a convolution stays plain, where oneDNN runs im2col and
+// GEMM). A max or average pooling of
 // a chain member's output joins the chain too (pooling keeps the channels, and its kernels take
 // every layout), so ResNet's stem conv → max_pool2d → conv stays in L:
 //   %a : <L> = conv2d(...) ; %m = max_pool2d(%a) ; %b = conv2d(%m, %w)
@@ -52,11 +53,13 @@ std::vector<size_t> data_inputs(const Node& n) {
   return {0};
 }
 
+// The dtype whose kernels a chain member runs: its x's (f32 or bf16; a bf16 convolution's
+// result may be f32, its x's and the chain's activations are bf16).
+DType chain_dtype(const Node& n) { return n.input(0)->type().dtype; }
+
 class ChooseLayouts final : public Pass {
  public:
-  explicit ChooseLayouts(std::vector<Layout> candidates) : candidates_(std::move(candidates)) {
-    KILN_ASSERT(!candidates_.empty(), "choose_layouts needs at least its fallback layout");
-  }
+  explicit ChooseLayouts(LayoutCandidates candidates) : candidates_(std::move(candidates)) {}
   std::string name() const override { return "choose_layouts"; }
 
   bool run(Graph& g) override {
@@ -81,21 +84,23 @@ class ChooseLayouts final : public Pass {
                                       layout_name(layout_of(*it->second)) + " and " +
                                       layout_name(layout_of(*n)));
     }
+    std::unordered_map<Node*, std::vector<Node*>> chains;  // chain root → its members
+    for (Node* n : members) chains[find(n)].push_back(n);
     std::unordered_map<Node*, Layout> unpinned;  // chain root → its layout
-    for (Layout candidate : candidates_) {
-      std::unordered_map<Node*, bool> fits;  // chain root → whether every member fits
-      for (Node* n : members) {
-        auto [it, first] = fits.emplace(find(n), true);
-        it->second = it->second && member_fits(*n, candidate);
-      }
-      for (auto [root, fit] : fits)
-        if (fit && !pinned_by.count(root)) unpinned.emplace(root, candidate);  // keeps the first
+    for (const auto& [root, chain] : chains) {
+      if (pinned_by.count(root)) continue;
+      const std::vector<Layout> candidates = candidates_for(*root);
+      auto fits = [&](Layout candidate) {
+        return std::all_of(chain.begin(), chain.end(),
+                           [&](Node* n) { return member_fits(*n, candidate); });
+      };
+      auto first = std::find_if(candidates.begin(), candidates.end(), fits);
+      unpinned.emplace(root, first == candidates.end() ? candidates.back() : *first);
     }
     auto chain_layout = [&](Node* n) {
       Node* root = find(n);
       if (auto it = pinned_by.find(root); it != pinned_by.end()) return layout_of(*it->second);
-      auto it = unpinned.find(root);
-      return it == unpinned.end() ? fallback() : it->second;
+      return unpinned.at(root);
     };
     for (Node* n : members) {
       const std::string problem = layout_problem(n->output()->type().shape, chain_layout(n));
@@ -115,7 +120,12 @@ class ChooseLayouts final : public Pass {
   }
 
  private:
-  Layout fallback() const { return candidates_.back(); }
+  std::vector<Layout> candidates_for(const Node& n) const {
+    std::vector<Layout> candidates = candidates_(chain_dtype(n));
+    KILN_ASSERT(!candidates.empty(), "choose_layouts needs at least a fallback layout");
+    return candidates;
+  }
+  Layout fallback(const Node& n) const { return candidates_for(n).back(); }
 
   // Whether `layout` fits chain member `n` (see the top of the file).
   bool member_fits(const Node& n, Layout layout) const {
@@ -143,13 +153,15 @@ class ChooseLayouts final : public Pass {
   // Nodes come in topological order, so a pooling's or convolution's producer has been decided
   // before it.
   bool joins(const Node& n) const {
-    if (n.output()->type().dtype != DType::F32) return false;
+    const DType dtype = n.output()->type().dtype;
+    if (dtype != DType::F32 && dtype != DType::BF16) return false;
     if (is_pool(n)) return from_member(n.input(0));
     if (!is_conv(n)) return false;
     if (layout_of(n) != Layout::Plain) return true;  // pinned
-    return fallback() != Layout::Plain &&
-           layout_problem(n.output()->type().shape, fallback()).empty() &&
-           (from_member(n.input(0)) || readable(n, 0, fallback()));
+    const Layout fallback_layout = fallback(n);
+    return fallback_layout != Layout::Plain &&
+           layout_problem(n.output()->type().shape, fallback_layout).empty() &&
+           (from_member(n.input(0)) || readable(n, 0, fallback_layout));
   }
 
   Node* find(Node* n) {
@@ -196,7 +208,7 @@ class ChooseLayouts final : public Pass {
     if ((!is_conv(*n) || layout_of(*n) == layout) && inputs == n->inputs()) return false;
     AttrMap attrs = n->attrs();
     if (is_conv(*n)) attrs["layout"] = std::string(layout_name(layout));
-    Value* y = g.add(n->op(), inputs, std::move(attrs), n->name());
+    Value* y = g.add_uncast(n->op(), inputs, std::move(attrs), n->name());
     y->producer()->inherit_source(*n);
     Value* out = n->output();
     Value* same = out->type().layout == layout ? y : reorder(g, y, out->type().layout);
@@ -207,7 +219,7 @@ class ChooseLayouts final : public Pass {
     return true;
   }
 
-  std::vector<Layout> candidates_;  // in order of preference; the last is the fallback
+  LayoutCandidates candidates_;  // per dtype, in order of preference; the last is the fallback
   std::unordered_map<Node*, Node*> parent_;  // union-find over chain members
   std::map<std::pair<Value*, Layout>, Value*> reorders_;
   std::vector<Node*> created_;
@@ -215,12 +227,16 @@ class ChooseLayouts final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates) {
+std::unique_ptr<Pass> make_choose_layouts(LayoutCandidates candidates) {
   return std::make_unique<ChooseLayouts>(std::move(candidates));
 }
 
+std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates) {
+  return make_choose_layouts([candidates](DType) { return candidates; });
+}
+
 std::unique_ptr<Pass> make_choose_layouts() {
-  return make_choose_layouts(cpu::conv_layout_candidates());
+  return make_choose_layouts([](DType dtype) { return cpu::conv_layout_candidates(dtype); });
 }
 
 }  // namespace kiln

@@ -19,10 +19,6 @@ namespace {
 
 using namespace pat;
 
-Pattern widened_bf16(std::string capture) {
-  return op("to", {any(std::move(capture)).dtype(DType::BF16)}).dtype(DType::F32);
-}
-
 std::vector<Value*> rewrite(Graph& g, const Match& m) {
   std::vector<Value*> inputs = m.root->inputs();
   inputs[0] = m["a"];
@@ -36,7 +32,8 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul(bool native_bf16) {
   // matmul takes 2 to 4 inputs (a, b, bias, residual). Without native bf16 no rule: the pass
   // keeps its name (for disabled_passes and the pass records) and changes nothing.
   std::vector<RewriteRule> rules;
-  std::vector<Pattern> inputs{widened_bf16("a"), widened_bf16("b")};
+  std::vector<Pattern> inputs{widened_to_f32(DType::BF16, "a"),
+                              widened_to_f32(DType::BF16, "b")};
   for (int n = 2; native_bf16 && n <= 4; ++n) {
     rules.push_back({"bf16_matmul" + std::to_string(n), op("matmul", inputs), rewrite});
     inputs.push_back(any());

@@ -40,7 +40,7 @@ std::vector<Value*> rewrite(Graph& g, const Match& m) {
   inputs[0] = m["x"];
   AttrMap attrs = m.root->attrs();
   attrs["padding"] = padding;
-  return {g.add("conv2d", inputs, std::move(attrs), m.root->name())};
+  return {g.add_uncast("conv2d", inputs, std::move(attrs), m.root->name())};
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ std::vector<Value*> extend(Graph& g, const Match& m, Value* extra,
   if (extra) inputs.push_back(extra);
   AttrMap attrs = conv->attrs();
   update(attrs);
-  return {g.add("conv2d", inputs, std::move(attrs), m.root->name())};
+  return {g.add_uncast("conv2d", inputs, std::move(attrs), m.root->name())};
 }
 
 std::optional<Activation> activation_of(const Node& node) {

@@ -1,6 +1,7 @@
 // Factories of every pass; the pipeline (pipeline.cc) composes them into stages.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -13,6 +14,9 @@ namespace kiln {
 // bf16.
 std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul();
 std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul(bool native_bf16);
+// Likewise convolutions, which also round a bf16 result themselves.
+std::unique_ptr<Pass> make_fold_bf16_casts_into_conv();
+std::unique_ptr<Pass> make_fold_bf16_casts_into_conv(bool native_bf16);
 std::unique_ptr<Pass> make_fold_transpose_into_matmul();
 std::unique_ptr<Pass> make_constant_folding();
 std::unique_ptr<Pass> make_algebraic_simplification();
@@ -35,9 +39,12 @@ std::unique_ptr<Pass> make_fold_pad_into_conv();
 std::unique_ptr<Pass> make_fold_conv_batch_norm();
 std::unique_ptr<Pass> make_fuse_conv_epilogue();
 
-// Stage format: convolution chains in the first of this CPU's candidate layouts that fits them
-// (cpu::conv_layout_candidates), or of `candidates` (the last the fallback).
+// Stage format: convolution chains in the first of this CPU's candidate layouts for their dtype
+// that fits them (cpu::conv_layout_candidates), or of `candidates` (the last the fallback; one
+// list for every dtype, or one per dtype).
+using LayoutCandidates = std::function<std::vector<Layout>(DType)>;
 std::unique_ptr<Pass> make_choose_layouts();
 std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates);
+std::unique_ptr<Pass> make_choose_layouts(LayoutCandidates candidates);
 
 }  // namespace kiln

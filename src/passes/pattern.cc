@@ -207,6 +207,10 @@ Pattern swap_permute(Pattern input, int before_last) {
                                            " and n-" + std::to_string(before_last + 1));
 }
 
+Pattern widened_to_f32(DType from, std::string capture) {
+  return op("to", {any(std::move(capture)).dtype(from)}).dtype(DType::F32);
+}
+
 Pattern any(std::string capture) {
   Data d;
   d.capture = std::move(capture);

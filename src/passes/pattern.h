@@ -78,6 +78,9 @@ Pattern op(std::string name);  // inputs unconstrained
 // A permute of `input` that swaps the two dims `before_last` places before the last dim and the
 // one after it (0: the last two dims, 1: dims n-3 and n-2), keeping the others in place.
 Pattern swap_permute(Pattern input, int before_last);
+// to(x) {dtype = f32} of an x of dtype `from`: how the builder widens a 2-byte operand of an op
+// that computes in f32 (docs/ops.md, "Low-precision floats"); x is captured as `capture`.
+Pattern widened_to_f32(DType from, std::string capture);
 }  // namespace pat
 
 struct Match {

@@ -26,6 +26,8 @@ inline Tensor run_instance(const KernelInstance& kernel, const KernelSpec& spec,
   for (int64_t i = 0; i < out.numel(); ++i) {
     if (out.dtype() == DType::F64)
       out.data<double>()[i] = std::numeric_limits<double>::quiet_NaN();
+    else if (out.dtype() == DType::BF16)
+      out.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(std::numeric_limits<float>::quiet_NaN());
     else
       out.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
   }
@@ -71,6 +73,11 @@ inline Tensor tensor_of(DType dtype, const std::vector<int64_t>& sizes,
 }
 inline std::vector<double> values_as_double(const Tensor& t) {
   if (t.dtype() == DType::F64) return values_of<double>(t);
+  if (t.dtype() == DType::BF16) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < t.numel(); ++i) v.push_back(cpu::to_float(t.data<cpu::BFloat16>()[i]));
+    return v;
+  }
   std::vector<float> v = values_of<float>(t);
   return std::vector<double>(v.begin(), v.end());
 }

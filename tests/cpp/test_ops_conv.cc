@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "kernel_harness.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace kiln {
 namespace {
@@ -97,6 +98,76 @@ void check_onednn_against_reference(const ConvCase& c) {
     Tensor got = create_and_run("conv2d", "onednn", spec, g.inputs);
     test::expect_within_dot_bound(got, expected, magnitude, terms, "onednn " + what);
   }
+}
+
+// bf16 x and w (fold_bf16_casts_into_conv's form), an f32 bias, an f32 or a bf16 result, in each
+// layout, with the whole epilogue: oneDNN against the reference. An f32 result is within the
+// dot-product bound; a bf16 one is that f32 value rounded once, so the two roundings may differ
+// by one bf16 step (2^-8 of the value) on top.
+TEST(OpsConv, Bf16OperandKernelsMatchReference) {
+  struct Bf16Case {
+    ConvCase conv;
+    bool residual;
+  };
+  const Bf16Case cases[] = {
+      {{.x = {1, 16, 9, 9}, .w = {32, 16, 3, 3}, .padding = {1, 1}}, true},
+      {{.x = {2, 32, 7, 7}, .w = {16, 32, 1, 1}}, false},
+      {{.x = {1, 16, 8, 8}, .w = {16, 1, 3, 3}, .stride = {2, 2}, .padding = {1, 1}, .groups = 16},
+       true},
+      {{.x = {1, 3, 17, 17}, .w = {16, 3, 7, 7}, .stride = {2, 2}, .padding = {3, 3}}, false}};
+  std::mt19937 rng(23);
+  for (const Bf16Case& c : cases)
+    for (DType result : {DType::F32, DType::BF16})
+      for (Layout layout : {Layout::Plain, Layout::NHWC, Layout::NChw16c}) {
+        const std::string what = c.conv.name() + " -> " + std::string(dtype_name(result)) + " " +
+                                 layout_name(layout) + (c.residual ? " + residual" : "");
+        SCOPED_TRACE(what);
+        // x in y's layout where its channels allow, as the format stage leaves it.
+        const Layout x_layout =
+            layout_problem(make_shape(c.conv.x), layout).empty() ? layout : Layout::Plain;
+        Graph g;
+        std::vector<Value*> operands{
+            g.add_input("x", TensorType{DType::BF16, make_shape(c.conv.x), x_layout}),
+            g.add_input("w", TensorType{DType::BF16, make_shape(c.conv.w)}),
+            g.add_input("bias", f32({c.conv.w[0]}))};
+        std::vector<Tensor> inputs{test::random_tensor(DType::BF16, c.conv.x, rng, -1, 1),
+                                   test::random_tensor(DType::BF16, c.conv.w, rng, -1, 1),
+                                   test::random_tensor(DType::F32, {c.conv.w[0]}, rng, -1, 1)};
+        AttrMap attrs = c.conv.attrs();
+        attrs["fused_activation"] = std::string("relu");
+        attrs["layout"] = std::string(layout_name(layout));
+        attrs["dtype"] = std::string(dtype_name(result));
+        if (c.residual) {
+          const std::vector<int64_t> y_sizes =
+              static_sizes(g.add_uncast("conv2d", operands, attrs)->type().shape);
+          operands.push_back(g.add_input("r", TensorType{result, make_shape(y_sizes), layout}));
+          inputs.push_back(test::random_tensor(result, y_sizes, rng, -1, 1));
+          attrs["residual"] = true;
+        }
+        Node* conv = g.add_uncast("conv2d", operands, attrs)->producer();
+        ASSERT_EQ(conv->output()->type().dtype, result);
+        KernelSpec spec = spec_with_constants(*conv);
+        const std::string reason = test::kernel_of("conv2d", "onednn").unsupported_reason(spec);
+        if (!cpu::has_avx512_bf16()) {
+          EXPECT_EQ(reason, "bf16 needs AVX512-BF16");  // the reference loops run it
+          continue;
+        }
+        ASSERT_EQ(reason, "");
+        const std::vector<double> want =
+            values_as_double(create_and_run("conv2d", "reference", spec, inputs));
+
+        const std::vector<double> got =
+            values_as_double(create_and_run("conv2d", "onednn", spec, inputs));
+        // The reference on |inputs| with relu is the magnitude sum (every term non-negative).
+        const std::vector<double> magnitude =
+            values_as_double(create_and_run("conv2d", "reference", spec, abs_all(inputs)));
+        const int64_t terms = c.conv.w[1] * c.conv.w[2] * c.conv.w[3] + 2 + (c.residual ? 1 : 0);
+        for (size_t i = 0; i < want.size(); ++i) {
+          double bound = static_cast<double>(terms) * std::ldexp(magnitude[i], -24);
+          if (result == DType::BF16) bound += std::ldexp(std::fabs(want[i]), -8);
+          ASSERT_LE(std::fabs(got[i] - want[i]), bound) << "element " << i;
+        }
+      }
 }
 
 // ---------------------------------------------------------------- reference, by hand

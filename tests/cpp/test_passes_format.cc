@@ -64,6 +64,42 @@ TEST(ChooseLayouts, ReordersOnlyAtChainBoundaries) {
   expect_rewrite(*pass, kChain, kChainBlocked);
 }
 
+// Each chain takes the candidates of its dtype: the bf16 chain (fold_bf16_casts_into_conv's
+// convolutions) nhwc, the f32 one nChw8c.
+TEST(ChooseLayouts, EachChainTakesItsDtypesCandidates) {
+  auto pass = make_choose_layouts([](DType dtype) {
+    return std::vector<Layout>{dtype == DType::BF16 ? Layout::NHWC : Layout::NChw8c};
+  });
+  expect_rewrite(*pass, R"(graph @g {
+  input %x : f32[1, 8, 6, 6]
+  input %w : f32[8, 8, 3, 3]
+  input %h : bf16[1, 8, 6, 6]
+  input %v : bf16[8, 8, 3, 3]
+  input %b : f32[8]
+  %a = conv2d(%x, %w) {padding = [1, 1]}
+  %c = conv2d(%a, %w) {padding = [1, 1]}
+  %d : bf16[1, 8, 6, 6] = conv2d(%h, %v, %b) {dtype = "bf16", padding = [1, 1]}
+  %e : bf16[1, 8, 6, 6] = conv2d(%d, %v, %b) {dtype = "bf16", padding = [1, 1]}
+  output %c, %e
+})",
+                 R"(graph @g {
+  input %x : f32[1, 8, 6, 6]
+  input %w : f32[8, 8, 3, 3]
+  input %h : bf16[1, 8, 6, 6]
+  input %v : bf16[8, 8, 3, 3]
+  input %b : f32[8]
+  %x_nChw8c : f32[1, 8, 6, 6]<nChw8c> = reorder(%x) {layout = "nChw8c"}
+  %a_1 : f32[1, 8, 6, 6]<nChw8c> = conv2d(%x_nChw8c, %w) {layout = "nChw8c", padding = [1, 1]} @a_1
+  %c_1 : f32[1, 8, 6, 6]<nChw8c> = conv2d(%a_1, %w) {layout = "nChw8c", padding = [1, 1]} @c_1
+  %c_1_plain = reorder(%c_1) {layout = "plain"}
+  %h_nhwc : bf16[1, 8, 6, 6]<nhwc> = reorder(%h) {layout = "nhwc"}
+  %d_1 : bf16[1, 8, 6, 6]<nhwc> = conv2d(%h_nhwc, %v, %b) {dtype = "bf16", layout = "nhwc", padding = [1, 1]} @d_1
+  %e_1 : bf16[1, 8, 6, 6]<nhwc> = conv2d(%d_1, %v, %b) {dtype = "bf16", layout = "nhwc", padding = [1, 1]} @e_1
+  %e_1_plain = reorder(%e_1) {layout = "plain"}
+  output %c_1_plain, %e_1_plain
+})");
+}
+
 // The best kernels (oneDNN in the blocked layout, oneDNN or Kiln's loops on plain tensors) sum in
 // different orders: each result is within (K + 2) u of the magnitude |x|·|w| (+ |r|) of its
 // window of K terms (kernel_harness.h), and a chain adds its layers' bounds (relu, the residual

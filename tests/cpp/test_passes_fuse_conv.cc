@@ -280,6 +280,48 @@ graph @g {
   EXPECT_EQ(test::values_of<float>(nodes[0]->input(2)->constant()), (std::vector<float>{0, 0.5}));
 }
 
+// In a bf16 model the normalization sits between casts after a bf16-rounding convolution
+// (fold_bf16_casts_into_conv's form). The folded weights are rounded to bf16: w = [1, 2 | 3, 4],
+// scale = [2, 1/3] (eps = 0), so w' = [2, 4 | 1, bf16(4/3) = 1.3359375]; the bias stays f32:
+// b' = (b - mean) * scale + beta = [0, 2/3].
+TEST(FoldConvBatchNorm, Bf16ConvolutionFoldsIntoBf16WeightsAndF32Bias) {
+  auto pass = make_fold_conv_batch_norm();
+  const std::string head = R"(
+graph @g {
+  input %x : bf16[1, 2, 3, 3]
+  const %w : bf16[2, 2, 1, 1] = [1.0, 2.0, 3.0, 4.0]
+  const %b : f32[2] = [1.0, 1.0]
+  const %gamma : f32[2] = [2.0, 1.0]
+  const %beta : f32[2] = [0.0, 1.0]
+  const %mean : f32[2] = [1.0, 2.0]
+  const %var : f32[2] = [1.0, 9.0]
+  %y : bf16[1, 2, 3, 3] = conv2d(%x, %w, %b) {dtype = "bf16"}
+  %y32 = to(%y) {dtype = "f32"}
+  %n = batch_norm(%y32, %gamma, %beta, %mean, %var) {eps = 0.0}
+)";
+  auto g = parse_graph(head + R"(  %z = to(%n) {dtype = "bf16"}
+  output %z
+})");
+  ASSERT_TRUE(pass->run(*g));
+  verify(*g);
+  std::vector<Node*> nodes = g->nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]->attr_string("dtype"), "bf16");
+  EXPECT_EQ(nodes[0]->input(0)->name(), "x");
+  const Tensor& w = nodes[0]->input(1)->constant();
+  ASSERT_EQ(w.dtype(), DType::BF16);
+  EXPECT_EQ(test::values_as_double(w), (std::vector<double>{2, 4, 1, 1.3359375}));
+  EXPECT_EQ(test::values_of<float>(nodes[0]->input(2)->constant()),
+            (std::vector<float>{0, 2.0f / 3.0f}));
+  EXPECT_EQ(g->outputs()[0], nodes[0]->output());
+  // Not when the normalization's result stays f32 (nothing rounds it where the kernel could),
+  // nor when the convolution's result is read elsewhere.
+  expect_unchanged(*pass, head + "  output %n\n}");
+  expect_unchanged(*pass, head + R"(  %z = to(%n) {dtype = "bf16"}
+  output %z, %y
+})");
+}
+
 TEST(FoldConvBatchNorm, MustNotFire) {
   auto pass = make_fold_conv_batch_norm();
   std::mt19937 rng(9);

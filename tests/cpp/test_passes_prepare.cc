@@ -111,6 +111,53 @@ graph @g {
 })");
 }
 
+// A bf16 model's convolutions likewise: the casts on x and w go, the bias and an unrounded result
+// stay f32, and a result only rounded to bf16 is rounded by the convolution itself. An f32
+// convolution of the same widened weights keeps them.
+TEST(FoldBf16CastsIntoConv, ConvolutionsReadBf16AndRoundTheirResult) {
+  auto pass = make_fold_bf16_casts_into_conv(/*native_bf16=*/true);
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : bf16[1, 2, 4, 4]
+  input %v : f32[1, 2, 4, 4]
+  const %w : bf16[3, 2, 1, 1] = [1, 2, 3, 4, 5, 6]
+  const %b : f32[3] = [0.5, -0.25, 1]
+  %x32 = to(%x) {dtype = "f32"}
+  %w32 = to(%w) {dtype = "f32"}
+  %y = conv2d(%x32, %w32, %b)
+  %y16 = to(%y) {dtype = "bf16"}
+  %u = conv2d(%x32, %w32)
+  %z = conv2d(%v, %w32)
+  output %y16, %u, %z
+})",
+                 R"(
+graph @g {
+  input %x : bf16[1, 2, 4, 4]
+  input %v : f32[1, 2, 4, 4]
+  const %w : bf16[3, 2, 1, 1] = [1, 2, 3, 4, 5, 6]
+  const %b : f32[3] = [0.5, -0.25, 1]
+  %w32 : f32[3, 2, 1, 1] = to(%w) {dtype = "f32"}
+  %z : f32[1, 3, 4, 4] = conv2d(%v, %w32)
+  %y16_1 : bf16[1, 3, 4, 4] = conv2d(%x, %w, %b) {dtype = "bf16"}
+  %u_1 : f32[1, 3, 4, 4] = conv2d(%x, %w)
+  output %y16_1, %u_1, %z
+})");
+}
+
+TEST(FoldBf16CastsIntoConv, LeavesConvolutionsAloneWithoutNativeBf16) {
+  auto pass = make_fold_bf16_casts_into_conv(/*native_bf16=*/false);
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : bf16[1, 2, 4, 4]
+  input %w : bf16[3, 2, 1, 1]
+  %x32 = to(%x) {dtype = "f32"}
+  %w32 = to(%w) {dtype = "f32"}
+  %y = conv2d(%x32, %w32)
+  %y16 = to(%y) {dtype = "bf16"}
+  output %y16
+})");
+}
+
 TEST(ConstantFolding, FoldsSubgraphsThatDependOnlyOnWeights) {
   auto pass = make_constant_folding();
   // permute(w) and b + b depend on weights only; the matmul and the final add read %x.

@@ -171,6 +171,71 @@ def test_conv_net(dtype):
     check_model(model, torch.randn(2, 3, 16, 16).to(dtype), factor=2)
 
 
+def native_bf16():
+    """Whether this CPU has AVX512-BF16, where Kiln's bf16 convolutions and GEMMs read bf16."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512_bf16" in f.read().split()
+    except OSError:
+        return False
+
+
+class Bottleneck(torch.nn.Module):
+    """ResNet's: 1x1, 3x3 and 1x1 convolutions with batch norms, the identity added, relu."""
+
+    def __init__(self, channels):
+        super().__init__()
+        mid = channels // 2
+        self.convs = torch.nn.ModuleList([
+            torch.nn.Conv2d(channels, mid, 1, bias=False), torch.nn.Conv2d(mid, mid, 3, padding=1),
+            torch.nn.Conv2d(mid, channels, 1, bias=False)])
+        self.norms = torch.nn.ModuleList(
+            [_batch_norm(mid), _batch_norm(mid), _batch_norm(channels)])
+
+    def forward(self, x):
+        y = torch.relu(self.norms[0](self.convs[0](x)))
+        y = torch.relu(self.norms[1](self.convs[1](y)))
+        return torch.relu(self.norms[2](self.convs[2](y)) + x)
+
+
+class InvertedResidual(torch.nn.Module):
+    """MobileNetV2's: 1x1 expansion, depthwise 3x3, 1x1 projection, relu6, the identity added."""
+
+    def __init__(self, channels):
+        super().__init__()
+        wide = channels * 3
+        self.layers = torch.nn.Sequential(
+            torch.nn.Conv2d(channels, wide, 1, bias=False), _batch_norm(wide), torch.nn.ReLU6(),
+            torch.nn.Conv2d(wide, wide, 3, padding=1, groups=wide, bias=False), _batch_norm(wide),
+            torch.nn.ReLU6(), torch.nn.Conv2d(wide, channels, 1, bias=False), _batch_norm(channels))
+
+    def forward(self, x):
+        return x + self.layers(x)
+
+
+# A bf16 CNN block on a CPU with AVX512-BF16 becomes convolutions alone (fold_bf16_casts_into_conv,
+# fold_conv_batch_norm's bf16 rule, the epilogue fusions; docs/ops.md): no casts, no batch norm,
+# no elementwise op left, each result rounded once in the kernel. Its error against float64 stays
+# within twice eager's bf16 error, and the exported model computes the same bits.
+@pytest.mark.parametrize("block", [Bottleneck, InvertedResidual], ids=lambda b: b.__name__)
+def test_bf16_conv_blocks_become_convolutions(block, tmp_path):
+    torch.manual_seed(5)
+    model = block(16).eval().to(torch.bfloat16)
+    x = torch.randn(2, 16, 12, 12).to(torch.bfloat16)
+    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
+                                   "debug.graph_dump.path": str(tmp_path / "dump")})
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="kiln", fullgraph=True, options=options)(x)
+    [final] = (tmp_path / "dump").glob("*_select.txt")
+    ops = {line.split("= ")[1].split("(")[0] for line in final.read_text().splitlines()
+           if line.startswith("  %")}
+    if native_bf16():
+        assert ops <= {"conv2d", "reorder"}, ops
+    check_model(model, x, factor=2)
+    kiln.export(model, (x,), tmp_path / "block.kiln")
+    assert torch.equal(torch.as_tensor(kiln.load(tmp_path / "block.kiln")(x)), compiled)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])
 def test_bert_small(dtype, tmp_path):
     model, ids = kiln.bench.models.build("bert-base", "small", 2)

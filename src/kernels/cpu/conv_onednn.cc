@@ -1,8 +1,9 @@
 // conv2d through oneDNN's convolution (forward inference, direct algorithm). Source and
-// destination stay in the layouts of the node's types (plain NCHW, nhwc or oneDNN's blocked
-// nChw8c/nChw16c, which the format stage picks); the weights take the primitive's preferred
-// blocked layout when they are a constant. The epilogue becomes oneDNN's bias input and post-ops:
-// binary add of the residual, eltwise activation, eltwise clip.
+// destination stay in the layouts and dtypes of the node's types: plain NCHW, nhwc or oneDNN's
+// blocked nChw8c/nChw16c, which the format stage picks; f32, or bf16 x and w with an f32 or a
+// bf16 y, which oneDNN rounds once, after the post-ops, as conv2d's reference does. The weights
+// take the primitive's preferred blocked layout when they are a constant. The epilogue becomes
+// oneDNN's bias input and post-ops: binary add of the residual, eltwise activation, eltwise clip.
 #include <optional>
 
 #include "kernels/cpu/conv.h"
@@ -23,17 +24,19 @@ class OneDnnConv2d final : public KernelInstance {
     LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
-    src_desc_ = onednn_f32_desc({g.n, g.c, g.h, g.w}, spec.inputs[0].layout);
-    dst_desc_ = onednn_f32_desc({g.n, g.o, g.oh, g.ow}, spec.outputs[0].layout);
+    src_desc_ = onednn_desc({g.n, g.c, g.h, g.w}, spec.inputs[0].layout, spec.inputs[0].dtype);
+    dst_desc_ = onednn_desc({g.n, g.o, g.oh, g.ow}, spec.outputs[0].layout, spec.outputs[0].dtype);
     // Grouped weights [O, C/g, KH, KW] are the same memory as oneDNN's [g, O/g, C/g, KH, KW].
     const bool grouped = g.groups > 1;
     dnnl::memory::dims w_dims =
         grouped ? dnnl::memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}
                 : dnnl::memory::dims{g.o, g.c, g.kh, g.kw};
-    dnnl::memory::desc w_plain(w_dims, dt::f32, grouped ? tag::goihw : tag::oihw);
+    const dt w_type = onednn_data_type(spec.inputs[1].dtype);
+    dnnl::memory::desc w_plain(w_dims, w_type, grouped ? tag::goihw : tag::oihw);
     const Tensor* w_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
     dnnl::memory::desc w_request =
-        w_constant ? dnnl::memory::desc(w_dims, dt::f32, tag::any) : w_plain;
+        w_constant ? dnnl::memory::desc(w_dims, w_type, tag::any) : w_plain;
+    // f32 also for bf16 operands: conv2d accumulates those in f32.
     dnnl::memory::desc bias_desc =
         epilogue.bias ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc();
 
@@ -93,9 +96,10 @@ class OneDnnConv2d final : public KernelInstance {
 };
 
 // The layout of `desc` among Kiln's, if it is one of them.
-std::optional<Layout> kiln_layout_of(const dnnl::memory::desc& desc, const dnnl::memory::dims& dims) {
+std::optional<Layout> kiln_layout_of(const dnnl::memory::desc& desc, const dnnl::memory::dims& dims,
+                                     DType dtype) {
   for (Layout l : {Layout::Plain, Layout::NHWC, Layout::NChw8c, Layout::NChw16c})
-    if (desc == dnnl::memory::desc(dims, dnnl::memory::data_type::f32, onednn_format(l))) return l;
+    if (desc == onednn_desc(dims, l, dtype)) return l;
   return std::nullopt;
 }
 
@@ -107,25 +111,38 @@ std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
   return std::make_unique<OneDnnConv2d>(g, epilogue, spec);
 }
 
-Layout onednn_preferred_conv_layout() {
-  static const Layout preferred = [] {
+Layout onednn_preferred_conv_layout(DType dtype) {
+  auto query = [](DType dtype) {
     // A 3x3 convolution of ResNet's second stage, with format `any` for everything.
-    using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::dims dims{1, 64, 56, 56};
+    const dnnl::memory::data_type type = onednn_data_type(dtype);
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        dnnl::memory::desc(dims, dt::f32, tag::any),
-        dnnl::memory::desc({64, 64, 3, 3}, dt::f32, tag::any),
-        dnnl::memory::desc(dims, dt::f32, tag::any), {1, 1}, {1, 1}, {1, 1});
+        dnnl::memory::desc(dims, type, tag::any),
+        dnnl::memory::desc({64, 64, 3, 3}, type, tag::any),
+        dnnl::memory::desc(dims, type, tag::any), {1, 1}, {1, 1}, {1, 1});
     dnnl::convolution_forward::primitive_desc pd(desc, onednn_engine());
-    return kiln_layout_of(pd.src_desc(), dims).value_or(Layout::Plain);
-  }();
-  return preferred;
+    return kiln_layout_of(pd.src_desc(), dims, dtype).value_or(Layout::Plain);
+  };
+  if (dtype == DType::BF16) {
+    static const Layout bf16 = query(DType::BF16);
+    return bf16;
+  }
+  static const Layout f32 = query(DType::F32);
+  return f32;
 }
 
-std::vector<Layout> conv_layout_candidates() {
-  const Layout preferred = onednn_preferred_conv_layout();
+std::vector<Layout> conv_layout_candidates(DType dtype) {
+  const Layout preferred = onednn_preferred_conv_layout(dtype);
+  if (dtype == DType::BF16) {
+    // What format `any` picks: nhwc where the CPU has AMX (its brgconv kernels ran ResNet-50 at
+    // batch 1 in 10.2 ms against 39.6 in nChw16c's avx512_core_bf16 kernels on a 2-core Xeon,
+    // docs/benchmarks.md 2026-12-01). nhwc takes any channel count, where blocked bf16 layouts
+    // that don't fit would leave oneDNN only its reference kernels (MobileNetV2: seconds a call).
+    if (preferred == Layout::NHWC) return {Layout::NHWC};
+    return {preferred, Layout::NHWC};
+  }
   // Where format `any` picks nhwc (AVX-512: the brgconv kernels), oneDNN's jit kernels of the
   // blocked layouts ran whole chains faster on the 2-core Zen 4 of docs/benchmarks.md
   // (2026-12-01, 2 threads): ResNet-50 in nChw16c 40.4 against 43.2 ms at batch 1, 313 against

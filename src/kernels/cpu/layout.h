@@ -49,15 +49,16 @@ void convert_layout(const Nchw& s, Layout from, const T* src, Layout to, T* dst,
   });
 }
 
-// reorder through oneDNN: f32, 4-D, no zero-size tensors.
+// reorder through oneDNN: f32 or bf16, 4-D, no zero-size tensors.
 std::unique_ptr<KernelInstance> create_onednn_reorder(const KernelSpec& spec);
 
-// The layout oneDNN's convolutions prefer on this CPU (what format `any` gives for a typical
-// 3x3 convolution): nChw16c or nhwc with AVX-512, nChw8c with AVX2, else plain.
-Layout onednn_preferred_conv_layout();
+// The layout oneDNN's convolutions of `dtype` (f32 or bf16) prefer on this CPU (what format
+// `any` gives for a typical 3x3 convolution): for f32 nChw16c or nhwc with AVX-512, nChw8c with
+// AVX2, else plain.
+Layout onednn_preferred_conv_layout(DType dtype = DType::F32);
 
-// The layouts the format stage tries for a chain of convolutions, in order of preference (the
-// last, oneDNN's preferred one, is the fallback): measured per CPU (conv_onednn.cc).
-std::vector<Layout> conv_layout_candidates();
+// The layouts the format stage tries for a chain of convolutions of `dtype`, in order of
+// preference (the last is the fallback): measured per CPU (conv_onednn.cc).
+std::vector<Layout> conv_layout_candidates(DType dtype = DType::F32);
 
 }  // namespace kiln::cpu

@@ -20,10 +20,18 @@ inline dnnl::memory::format_tag onednn_format(Layout layout) {
   KILN_ASSERT(false, "unknown layout");
 }
 
-// An f32 descriptor of a 4-D tensor of logical sizes [N, C, H, W] in `layout`.
-inline dnnl::memory::desc onednn_f32_desc(const std::vector<int64_t>& nchw, Layout layout) {
+// oneDNN's name of the floating dtypes its kernels take here (f32, bf16).
+inline dnnl::memory::data_type onednn_data_type(DType dtype) {
+  KILN_ASSERT(dtype == DType::F32 || dtype == DType::BF16,
+              "no oneDNN data type for " << dtype_name(dtype));
+  return dtype == DType::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+// A descriptor of a 4-D tensor of logical sizes [N, C, H, W] in `layout`.
+inline dnnl::memory::desc onednn_desc(const std::vector<int64_t>& nchw, Layout layout,
+                                      DType dtype) {
   return dnnl::memory::desc(dnnl::memory::dims(nchw.begin(), nchw.end()),
-                            dnnl::memory::data_type::f32, onednn_format(layout));
+                            onednn_data_type(dtype), onednn_format(layout));
 }
 
 }  // namespace kiln::cpu

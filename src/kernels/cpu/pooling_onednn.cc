@@ -25,8 +25,8 @@ dnnl::pooling_forward::primitive_desc primitive_desc_of(const Pool2dGeometry& g,
                                                         PoolAlgorithm algorithm) {
   dnnl::pooling_forward::desc desc(
       dnnl::prop_kind::forward_inference, onednn_algorithm(algorithm),
-      onednn_f32_desc({g.n, g.c, g.h, g.w}, g.layout),
-      onednn_f32_desc({g.n, g.c, g.oh, g.ow}, g.layout),
+      onednn_desc({g.n, g.c, g.h, g.w}, g.layout, DType::F32),
+      onednn_desc({g.n, g.c, g.oh, g.ow}, g.layout, DType::F32),
       {g.stride_h, g.stride_w}, {g.kh, g.kw}, {g.pad_h, g.pad_w}, {g.reach_bottom, g.reach_right});
   return dnnl::pooling_forward::primitive_desc(desc, user_scratchpad_attr(), onednn_engine());
 }

@@ -1,4 +1,4 @@
-// reorder through oneDNN's reorder primitive: f32 4-D tensors between Kiln's layouts.
+// reorder through oneDNN's reorder primitive: f32 and bf16 4-D tensors between Kiln's layouts.
 #include <unordered_map>
 
 #include "kernels/cpu/layout.h"
@@ -14,8 +14,8 @@ class OneDnnReorder final : public KernelInstance {
  public:
   explicit OneDnnReorder(const KernelSpec& spec) : threads_(spec.threads) {
     LibraryThreads scope(threads_);
-    src_desc_ = onednn_f32_desc(spec.input_sizes(0), spec.inputs[0].layout);
-    dst_desc_ = onednn_f32_desc(spec.output_sizes(0), spec.outputs[0].layout);
+    src_desc_ = onednn_desc(spec.input_sizes(0), spec.inputs[0].layout, spec.inputs[0].dtype);
+    dst_desc_ = onednn_desc(spec.output_sizes(0), spec.outputs[0].layout, spec.outputs[0].dtype);
     dnnl::reorder::primitive_desc pd(onednn_engine(), src_desc_, onednn_engine(), dst_desc_,
                                      user_scratchpad_attr());
     scratchpad_desc_ = pd.scratchpad_desc();
