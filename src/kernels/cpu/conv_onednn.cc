@@ -135,22 +135,26 @@ Layout onednn_preferred_conv_layout(DType dtype) {
 
 std::vector<Layout> conv_layout_candidates(DType dtype) {
   const Layout preferred = onednn_preferred_conv_layout(dtype);
+  // Measured on two CPUs of docs/benchmarks.md (2026-12-01, 2 threads), which oneDNN's ISA
+  // tells apart: a Xeon with AMX and a Zen 4 with AVX-512 but no AMX.
+  const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
   if (dtype == DType::BF16) {
-    // What format `any` picks: nhwc where the CPU has AMX (its brgconv kernels ran ResNet-50 at
-    // batch 1 in 10.2 ms against 39.6 in nChw16c's avx512_core_bf16 kernels on a 2-core Xeon,
-    // docs/benchmarks.md 2026-12-01). nhwc takes any channel count, where blocked bf16 layouts
-    // that don't fit would leave oneDNN only its reference kernels (MobileNetV2: seconds a call).
+    // What format `any` picks: nhwc with AMX, whose brgconv kernels ran ResNet-50 at batch 1 in
+    // 10.2 ms against 39.6 in nChw16c's avx512_core_bf16 kernels. nhwc also takes any channel
+    // count, where a blocked bf16 layout that doesn't fit would leave oneDNN only its reference
+    // kernels (MobileNetV2 in nChw8c: seconds a call).
     if (preferred == Layout::NHWC) return {Layout::NHWC};
     return {preferred, Layout::NHWC};
   }
-  // Where format `any` picks nhwc (AVX-512: the brgconv kernels), oneDNN's jit kernels of the
-  // blocked layouts ran whole chains faster on the 2-core Zen 4 of docs/benchmarks.md
-  // (2026-12-01, 2 threads): ResNet-50 in nChw16c 40.4 against 43.2 ms at batch 1, 313 against
-  // 342 ms at batch 8 (nChw8c, whose kernels are AVX2's, was slower than either); MobileNetV2,
-  // whose 24-channel layers rule out nChw16c, in nChw8c 29.5 against 34.7-44.6 ms at batch 8
-  // and 4.1-4.3 against 4.4-4.6 ms at batch 1. Channel counts that blocks of 8 don't divide
-  // keep nhwc.
-  if (preferred == Layout::NHWC) return {Layout::NChw16c, Layout::NChw8c, Layout::NHWC};
+  // Where format `any` picks nhwc (AVX-512: the brgconv kernels) on the Zen 4, oneDNN's jit
+  // kernels of the blocked layouts ran whole chains faster: ResNet-50 in nChw16c 40.4 against
+  // 43.2 ms at batch 1, 313 against 342 ms at batch 8 (nChw8c, whose kernels are AVX2's, was
+  // slower than either); MobileNetV2, whose 24-channel layers rule out nChw16c, in nChw8c 29.5
+  // against 34.7-44.6 ms at batch 8 and 4.1-4.3 against 4.4-4.6 ms at batch 1. Channel counts
+  // that blocks of 8 don't divide keep nhwc. On the Xeon nhwc itself was as fast on ResNet-50
+  // (30.8 against 31.1 ms at batch 1) and faster on MobileNetV2 (3.24 against 4.45 ms at batch
+  // 1, 24.5 against 28.6 at batch 8), so there format `any`'s pick stands.
+  if (preferred == Layout::NHWC && !amx) return {Layout::NChw16c, Layout::NChw8c, Layout::NHWC};
   return {preferred};
 }
 
