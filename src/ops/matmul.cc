@@ -1,5 +1,6 @@
 // matmul: torch.matmul on f32 and f64 (and bf16 operands with an f32 result, which
-// fold_bf16_casts_into_matmul makes of an f32 matmul of two widened bf16 values), batch dims
+// fold_bf16_casts_into_matmul makes of an f32 matmul of two widened bf16 values, or a bf16
+// result, attribute dtype, rounded once after the epilogue: fuse_matmul_epilogue), batch dims
 // broadcast, rank-1 operands included, and an optional transpose_b for B stored as [..., N, K]
 // (a linear layer's weights), and an optional epilogue fused into it (kernels/cpu/gemm_epilogue.h):
 // C = fused_activation(A·B + bias) + residual, with attributes bias and residual saying which of
@@ -15,6 +16,9 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/cpu_features.h"
+#include "ops/dtype_attr.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -23,8 +27,8 @@ namespace {
 
 using cpu::MatmulGeometry;
 
-// Bias [N], residual of the output's shape, both of the result's dtype.
-void infer_epilogue(InferContext& ctx, const Shape& out, DType dtype) {
+// Bias [N] of the accumulator's dtype, residual of the output's shape and the result's dtype.
+void infer_epilogue(InferContext& ctx, const Shape& out, DType accumulator, DType dtype) {
   const std::string& activation = ctx.attr_string("fused_activation");
   ctx.check(cpu::parse_activation(activation).has_value(),
             "fused_activation must be one of " + cpu::activation_names() + ", got \"" +
@@ -37,9 +41,9 @@ void infer_epilogue(InferContext& ctx, const Shape& out, DType dtype) {
                 std::to_string(ctx.num_inputs()));
   if (bias) {
     const TensorType& t = ctx.input(2);
-    ctx.check(t.dtype == dtype && t.rank() == 1 && !out.empty(),
-              "the bias must be a rank-1 tensor of the result's dtype with one value per output "
-              "column");
+    ctx.check(t.dtype == accumulator && t.rank() == 1 && !out.empty(),
+              "the bias must be a rank-1 tensor of the accumulator's dtype (" +
+                  std::string(dtype_name(accumulator)) + ") with one value per output column");
     ctx.unify(t.shape[0], out.back(), "bias size and output columns (N)");
   }
   if (residual) {
@@ -74,8 +78,13 @@ void infer_matmul(InferContext& ctx) {
   Shape out = ctx.broadcast(a_batch, b_batch);
   if (ar >= 2) out.push_back(a.shape[ar - 2]);
   if (br >= 2) out.push_back(transpose_b ? b.shape[br - 2] : b.shape[br - 1]);
-  const DType result = a.dtype == DType::BF16 ? DType::F32 : a.dtype;
-  infer_epilogue(ctx, out, result);
+  const DType accumulator = a.dtype == DType::BF16 ? DType::F32 : a.dtype;
+  const DType result = dtype_attr(ctx, "dtype", accumulator);
+  ctx.check(result == accumulator || (a.dtype == DType::BF16 && result == DType::BF16),
+            "dtype must be \"\" or " + std::string(dtype_name(accumulator)) +
+                (a.dtype == DType::BF16 ? " or bf16" : "") + " for " +
+                std::string(dtype_name(a.dtype)) + " operands");
+  infer_epilogue(ctx, out, accumulator, result);
   ctx.set_output(0, TensorType{result, out, Layout::Plain});
 }
 
@@ -84,14 +93,11 @@ MatmulGeometry geometry_of(const KernelSpec& spec) {
                                    spec.node.attr_bool("transpose_b"));
 }
 
-double widen(float x) { return x; }
-double widen(double x) { return x; }
-double widen(cpu::BFloat16 x) { return cpu::to_float(x); }
-
-// Operands of type T, result of type C.
-template <typename T, typename C>
+// Operands of type T, bias and epilogue in the accumulator's type C, result of type R (rounded
+// once, after the epilogue).
+template <typename T, typename C, typename R>
 void reference_matmul(const MatmulGeometry& g, const cpu::GemmEpilogue& e, const T* a,
-                      const T* b, const C* bias, const C* residual, C* c, int threads) {
+                      const T* b, const C* bias, const R* residual, R* c, int threads) {
   cpu::parallel_chunks(g.batch_count() * g.m, g.n * g.k, threads, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t batch = row / g.m;
@@ -102,33 +108,38 @@ void reference_matmul(const MatmulGeometry& g, const cpu::GemmEpilogue& e, const
         // |a*b|: the yardstick the optimized kernels' error bound is checked against.
         double sum = 0;
         for (int64_t p = 0; p < g.k; ++p)
-          sum += widen(a_row[p]) * widen(g.transpose_b ? b_mat[j * g.k + p] : b_mat[p * g.n + j]);
+          sum += cpu::convert<double>(a_row[p]) *
+                 cpu::convert<double>(g.transpose_b ? b_mat[j * g.k + p] : b_mat[p * g.n + j]);
         const int64_t at = row * g.n + j;
-        c[at] = cpu::reference_epilogue(e, static_cast<C>(sum), e.bias ? bias + j : nullptr,
-                                        e.residual ? residual + at : nullptr);
+        const C r = e.residual ? cpu::convert<C>(residual[at]) : C{};
+        c[at] = cpu::convert<R>(cpu::reference_epilogue(e, static_cast<C>(sum),
+                                                        e.bias ? bias + j : nullptr, &r));
       }
     }
   });
 }
 
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
-  auto make = [&]<typename T, typename C>(T*, C*) {
+  auto make = [&]<typename T, typename C, typename R>(T*, C*, R*) {
     return make_kernel([g = geometry_of(spec), e = cpu::epilogue_of(spec.node),
                         threads = spec.threads](std::span<const void* const> in,
                                                 std::span<void* const> out) {
-      auto operand = [&](bool present, size_t i) {
-        return present ? static_cast<const C*>(in[i]) : nullptr;
-      };
       reference_matmul(g, e, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
-                       operand(e.bias, e.bias_input()), operand(e.residual, e.residual_input()),
-                       static_cast<C*>(out[0]), threads);
+                       e.bias ? static_cast<const C*>(in[e.bias_input()]) : nullptr,
+                       e.residual ? static_cast<const R*>(in[e.residual_input()]) : nullptr,
+                       static_cast<R*>(out[0]), threads);
     });
   };
+  auto* f32 = static_cast<float*>(nullptr);
+  auto* bf16 = static_cast<cpu::BFloat16*>(nullptr);
   switch (spec.inputs[0].dtype) {
-    case DType::F64: return make(static_cast<double*>(nullptr), static_cast<double*>(nullptr));
+    case DType::F64: {
+      auto* f64 = static_cast<double*>(nullptr);
+      return make(f64, f64, f64);
+    }
     case DType::BF16:
-      return make(static_cast<cpu::BFloat16*>(nullptr), static_cast<float*>(nullptr));
-    default: return make(static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+      return spec.outputs[0].dtype == DType::BF16 ? make(bf16, f32, bf16) : make(bf16, f32, f32);
+    default: return make(f32, f32, f32);
   }
 }
 
@@ -147,6 +158,10 @@ std::function<std::unique_ptr<KernelInstance>(const KernelSpec&)> library_kernel
 std::string onednn_unsupported(const KernelSpec& spec) {
   const DType dtype = spec.inputs[0].dtype;
   if (dtype != DType::F32 && dtype != DType::BF16) return "f32 and bf16 only";
+  // Without AVX512-BF16 the kernel widens bf16 operands for the f32 GEMM, whose result is f32:
+  // a bf16 result (a .kiln model compiled on a CPU with it) runs on the reference loops.
+  if (spec.outputs[0].dtype == DType::BF16 && !cpu::has_avx512_bf16())
+    return "a bf16 result needs AVX512-BF16";
   if (geometry_of(spec).batch.size() > 10) return "oneDNN takes at most 10 batch dims";
   return "";
 }
@@ -171,7 +186,8 @@ void register_matmul_ops(OpRegistry& registry) {
   def.attrs = {{"transpose_b", false},
                {"bias", false},
                {"fused_activation", std::string("none")},
-               {"residual", false}};
+               {"residual", false},
+               {"dtype", std::string("")}};
   def.infer = infer_matmul;
   def.computes_low_precision_in_f32 = true;
   def.kernels = {

@@ -6,6 +6,8 @@
 //                                                →  matmul(...) {fused_activation = act}
 //   add(matmul(...), r)   with r of the output's type
 //                                                →  matmul(..., r) {residual = true}
+//   to(matmul(...)) {dtype = bf16}  with bf16 operands and an f32 result
+//                                                →  matmul(...) {dtype = bf16}
 // and the same through a reshape between them (a linear layer on [B, S, C] is traced as reshape
 // → matmul → reshape), since elementwise steps commute with it:
 //   act(reshape(matmul(...)))  →  reshape(matmul(...) {fused_activation = act})
@@ -13,7 +15,11 @@
 //   add(reshape(matmul(...)), r)   →  reshape(matmul(..., reshape(r)) {residual = true})
 // Each step needs the matmul's (and the reshape's) output to have no other use and not be a graph
 // output; the epilogue order is fixed (bias, activation, residual), so a step fires only when the
-// later ones are still empty.
+// later ones are still empty. The rounding to bf16 is always last: in a bf16 model each linear
+// layer's result is rounded (the builder's cast after its bias add), and the activation and
+// residual add that follow are bf16 ops; with the rounding in the kernel (oneDNN's bf16
+// destination, as PyTorch's bf16 linear rounds) they fuse too, and the block's result is rounded
+// once instead of after each op: the numerics of bf16 convolutions (fold_conv_batch_norm).
 #include <functional>
 #include <optional>
 
@@ -75,7 +81,8 @@ RewriteRule bias_rule(bool through_reshape) {
             const TensorType& bias = m["bias"]->type();
             // Through a reshape, the bias still broadcasts along the product's columns only when
             // the last dim is the same N.
-            if (!cpu::epilogue_of(*mm).empty() || bias.dtype != y.dtype || bias.rank() != 1 ||
+            if (!cpu::epilogue_of(*mm).empty() || !mm->attr_string("dtype").empty() ||
+                bias.dtype != y.dtype || bias.rank() != 1 ||
                 y.rank() == 0 || seen.rank() == 0 || bias.shape[0] != y.shape.back() ||
                 seen.shape.back() != y.shape.back() || m.root->output()->type() != seen)
               return {};
@@ -119,6 +126,18 @@ RewriteRule residual_rule(bool through_reshape) {
           }};
 }
 
+RewriteRule bf16_result_rule() {
+  return {"matmul_bf16_result", op("to", {fusable_matmul(false)}).dtype(DType::BF16),
+          [](Graph& g, const Match& m) -> std::vector<Value*> {
+            Node* mm = m.node("mm");
+            // A residual is of the result's dtype: an f32 one stays.
+            if (mm->input(0)->type().dtype != DType::BF16 || !mm->attr_string("dtype").empty() ||
+                cpu::epilogue_of(*mm).residual)
+              return {};
+            return extend(g, m, {}, [](AttrMap& a) { a["dtype"] = std::string("bf16"); });
+          }};
+}
+
 }  // namespace
 
 std::unique_ptr<Pass> make_fuse_matmul_epilogue() {
@@ -128,6 +147,7 @@ std::unique_ptr<Pass> make_fuse_matmul_epilogue() {
     rules.push_back(activation_rule(through_reshape));
     rules.push_back(residual_rule(through_reshape));
   }
+  rules.push_back(bf16_result_rule());
   return std::make_unique<PatternRewritePass>("fuse_matmul_epilogue", std::move(rules));
 }
 

@@ -3,6 +3,7 @@
 // and the error bound that optimized dot-product kernels are held to against their reference.
 #pragma once
 
+#include "kernels/cpu/cpu_features.h"
 #include "ops_test_util.h"
 
 namespace kiln::test {
@@ -99,6 +100,29 @@ inline void expect_within_dot_bound(const Tensor& got, const Tensor& reference,
     const double bound = static_cast<double>(terms + 2) * u * magnitude.data<float>()[i] + tiny;
     ASSERT_LE(std::fabs(g - r), bound)
         << what << ": element " << i << " is " << g << ", the reference " << r;
+  }
+}
+
+// A kernel of a node with bf16 operands against the reference loops: each result within
+// f32_bound(i) of the reference's, plus, for a bf16 result, one bf16 step at
+// the value (at most 2^-7 of it): the two round nearly equal f32 values, possibly to neighbours.
+// Without AVX512-BF16 the kernel must step aside with `reason_without_bf16` instead.
+inline void expect_bf16_kernel_close(const std::string& op, const std::string& kernel,
+                                     const KernelSpec& spec, const std::vector<Tensor>& inputs,
+                                     const std::string& reason_without_bf16,
+                                     const std::function<double(size_t)>& f32_bound) {
+  const std::string reason = kernel_of(op, kernel).unsupported_reason(spec);
+  if (!cpu::has_avx512_bf16()) {
+    EXPECT_EQ(reason, reason_without_bf16);  // the reference loops run it
+    return;
+  }
+  ASSERT_EQ(reason, "");
+  const std::vector<double> want = values_as_double(create_and_run(op, "reference", spec, inputs));
+  const std::vector<double> got = values_as_double(create_and_run(op, kernel, spec, inputs));
+  const bool bf16 = spec.outputs[0].dtype == DType::BF16;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double bound = f32_bound(i) + (bf16 ? std::ldexp(std::fabs(want[i]), -7) : 0);
+    ASSERT_LE(std::fabs(got[i] - want[i]), bound) << "element " << i;
   }
 }
 

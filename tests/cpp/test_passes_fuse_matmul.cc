@@ -79,6 +79,46 @@ graph @g {
                /*exact_with_best=*/false);
 }
 
+// A bf16 linear layer as the builder and fold_bf16_casts_into_matmul leave it: the matmul of bf16
+// operands and its bias add in f32, rounded to bf16, then gelu and the residual add in bf16. With
+// the rounding in the kernel, all of it fuses and is rounded once: within a few bf16 steps of the
+// unfused graph, which rounds after each op (2^-7 each at most, gelu's slope below 1.13).
+TEST(FuseMatmulEpilogue, Bf16LinearRoundsOnceAtTheEnd) {
+  auto pass = make_fuse_matmul_epilogue();
+  test::expect_recognized(*pass, R"(
+graph @g {
+  input %x : bf16[24, 16]
+  input %w : bf16[40, 16]
+  input %b : f32[40]
+  input %r : bf16[24, 40]
+  %y : f32[24, 40] = matmul(%x, %w) {transpose_b = true}
+  %z = add(%y, %b)
+  %z16 = to(%z) {dtype = "bf16"}
+  %h = gelu(%z16)
+  %out = add(%r, %h)
+  output %out
+})",
+                          R"(
+graph @g {
+  input %x : bf16[24, 16]
+  input %w : bf16[40, 16]
+  input %b : f32[40]
+  input %r : bf16[24, 40]
+  %out_1 : bf16[24, 40] = matmul(%x, %w, %b, %r) {bias = true, dtype = "bf16", fused_activation = "gelu_erf", residual = true, transpose_b = true}
+  output %out_1
+})",
+                          /*bound_log2=*/-5);
+  // An f32 result read elsewhere keeps its rounding as a cast of its own.
+  expect_unchanged(*pass, R"(
+graph @g {
+  input %x : bf16[24, 16]
+  input %w : bf16[40, 16]
+  %y : f32[24, 40] = matmul(%x, %w) {transpose_b = true}
+  %y16 = to(%y) {dtype = "bf16"}
+  output %y16, %y
+})");
+}
+
 // A linear layer on [B, S, C] as AOTAutograd traces it: reshape → matmul → add bias → reshape,
 // then gelu and the residual add on [B, S, N]: all of it joins the epilogue.
 TEST(FuseMatmulEpilogue, ThroughTheReshapeOfALinearLayer) {

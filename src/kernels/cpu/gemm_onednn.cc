@@ -2,7 +2,8 @@
 // reordered once into the primitive's preferred layout when it is a graph constant. An epilogue
 // becomes the primitive's bias and post-ops (eltwise activation, binary add of the residual),
 // applied by oneDNN to each output block as it is computed. bf16 operands give an f32 result
-// (AVX512-BF16 dot products, f32 accumulation; without them, gemm_widened_bf16.cc).
+// (AVX512-BF16 dot products, f32 accumulation; without them, gemm_widened_bf16.cc), or a bf16 one
+// (oneDNN's bf16 destination; only with them).
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_epilogue.h"
@@ -43,7 +44,10 @@ class OneDnnMatmul final : public KernelInstance {
                                                 ? dnnl::memory::data_type::bf16
                                                 : dnnl::memory::data_type::f32;
     src_desc_ = plain_desc(with_matrix(g.a_batch, g.m, g.k), operand);
-    dst_desc_ = plain_f32_desc(with_matrix(g.batch, g.m, g.n));
+    // f32, or bf16 rounded once after the post-ops (bf16 operands with attribute dtype bf16).
+    dst_desc_ = plain_desc(with_matrix(g.batch, g.m, g.n), spec.outputs[0].dtype == DType::BF16
+                                                               ? dnnl::memory::data_type::bf16
+                                                               : dnnl::memory::data_type::f32);
     dnnl::memory::desc b_desc;
     if (g.transpose_b) {
       // B is stored [..., N, K]: describe it as [..., K, N] with the last two strides swapped.
@@ -113,8 +117,11 @@ class OneDnnMatmul final : public KernelInstance {
 std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
                                                      const KernelSpec& spec) {
   KILN_ASSERT(!g.is_degenerate(), "oneDNN matmul given a degenerate geometry");
-  if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16())
+  if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16()) {
+    KILN_ASSERT(spec.outputs[0].dtype == DType::F32, "matmul's oneDNN kernel given a bf16 result "
+                                                     "without AVX512-BF16 (onednn_unsupported)");
     return create_widened_bf16_matmul(g, spec);  // oneDNN would emulate bf16, or refuse it
+  }
   return std::make_unique<OneDnnMatmul>(g, spec);
 }
 
