@@ -53,10 +53,6 @@ std::vector<size_t> data_inputs(const Node& n) {
   return {0};
 }
 
-// The dtype whose kernels a chain member runs: its x's (f32 or bf16; a bf16 convolution's
-// result may be f32, its x's and the chain's activations are bf16).
-DType chain_dtype(const Node& n) { return n.input(0)->type().dtype; }
-
 class ChooseLayouts final : public Pass {
  public:
   explicit ChooseLayouts(LayoutCandidates candidates) : candidates_(std::move(candidates)) {}
@@ -89,7 +85,7 @@ class ChooseLayouts final : public Pass {
     std::unordered_map<Node*, Layout> unpinned;  // chain root → its layout
     for (const auto& [root, chain] : chains) {
       if (pinned_by.count(root)) continue;
-      const std::vector<Layout> candidates = candidates_for(*root);
+      const std::vector<Layout> candidates = candidates_for(chain);
       auto fits = [&](Layout candidate) {
         return std::all_of(chain.begin(), chain.end(),
                            [&](Node* n) { return member_fits(*n, candidate); });
@@ -120,12 +116,20 @@ class ChooseLayouts final : public Pass {
   }
 
  private:
-  std::vector<Layout> candidates_for(const Node& n) const {
-    std::vector<Layout> candidates = candidates_(chain_dtype(n));
+  // A chain takes bf16's candidates when a convolution in it reads bf16 (its result may still be
+  // f32), else f32's.
+  static bool reads_bf16(const Node* n) {
+    return is_conv(*n) && n->input(0)->type().dtype == DType::BF16;
+  }
+  std::vector<Layout> candidates_of(bool bf16) const {
+    std::vector<Layout> candidates = candidates_(bf16 ? DType::BF16 : DType::F32);
     KILN_ASSERT(!candidates.empty(), "choose_layouts needs at least a fallback layout");
     return candidates;
   }
-  Layout fallback(const Node& n) const { return candidates_for(n).back(); }
+  std::vector<Layout> candidates_for(const std::vector<Node*>& chain) const {
+    return candidates_of(std::any_of(chain.begin(), chain.end(), reads_bf16));
+  }
+  Layout fallback(const Node& conv) const { return candidates_of(reads_bf16(&conv)).back(); }
 
   // Whether `layout` fits chain member `n` (see the top of the file).
   bool member_fits(const Node& n, Layout layout) const {

@@ -6,7 +6,7 @@
 //   (b = 0 without a bias). Only a convolution with no epilogue yet, whose output nothing else
 //   reads and which is not a graph output.
 // In a bf16 model, after fold_bf16_casts_into_conv, the normalization computes in f32 between
-// casts, and the convolution of bf16 x and w rounds to bf16 (the same for a bias):
+// casts, and the convolution of bf16 x and w (with or without a bias) rounds to bf16:
 //   %y = conv2d(%x, %w) {dtype = bf16} ; %n = batch_norm(to(%y) {f32}, ...) ; %z = to(%n) {bf16}
 //     →  %z = conv2d(%x, %w', %b') {dtype = bf16}
 // with w' rounded to bf16 (through f32) and b' f32: the folding that Inductor's freezing and
