@@ -14,8 +14,9 @@
 // convolution. x may be in any layout; y is in `layout` (the format stage sets it); w and bias
 // are plain.
 //
-// Kernels, best first: oneDNN (f32, bf16), then the reference loops (every dtype), which read and
-// write non-plain layouts through plain copies in their scratch memory.
+// Kernels, best first: oneDNN (f32, bf16: on CPUs without AVX512-BF16 its f32 convolution on
+// widened operands), then the reference loops (every dtype), which read and write non-plain
+// layouts through plain copies in their scratch memory.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -26,7 +27,6 @@
 
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/dtype_attr.h"
@@ -362,10 +362,6 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
 std::string onednn_unsupported(const KernelSpec& spec) {
   if (spec.inputs[0].dtype != DType::F32 && spec.inputs[0].dtype != DType::BF16)
     return "f32 and bf16 only";
-  // oneDNN 2.6 has no bf16 convolution for CPUs before AVX-512 (a .kiln model compiled on one
-  // with AVX512-BF16): the reference loops run it there, slowly but right.
-  if (spec.inputs[0].dtype == DType::BF16 && !cpu::has_avx512_bf16())
-    return "bf16 needs AVX512-BF16";
   const Conv2dGeometry g = geometry_of(spec);
   // oneDNN's primitive creation can't take empty tensors; the reference loops write them.
   if (g.n == 0 || g.c == 0 || g.o == 0 || g.oh == 0 || g.ow == 0) return "zero-size tensor";

@@ -8,7 +8,8 @@
 //
 // Kernels, best first: OpenBLAS and oneDNN (f32), each taking the shape classes where it was
 // measured faster (kernels/cpu/gemm.cc), oneDNN for bf16 (its bf16 GEMM on CPUs with AVX512-BF16,
-// else an f32 GEMM on widened operands), then the reference loops (f32, f64, bf16).
+// else an f32 GEMM on widened operands, the result rounded after it), then the reference loops
+// (f32, f64, bf16).
 #include <algorithm>
 #include <climits>
 
@@ -17,7 +18,6 @@
 #include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/cpu_features.h"
 #include "ops/dtype_attr.h"
 #include "ops/op_registry.h"
 
@@ -158,10 +158,6 @@ std::function<std::unique_ptr<KernelInstance>(const KernelSpec&)> library_kernel
 std::string onednn_unsupported(const KernelSpec& spec) {
   const DType dtype = spec.inputs[0].dtype;
   if (dtype != DType::F32 && dtype != DType::BF16) return "f32 and bf16 only";
-  // Without AVX512-BF16 the kernel widens bf16 operands for the f32 GEMM, whose result is f32:
-  // a bf16 result (a .kiln model compiled on a CPU with it) runs on the reference loops.
-  if (spec.outputs[0].dtype == DType::BF16 && !cpu::has_avx512_bf16())
-    return "a bf16 result needs AVX512-BF16";
   if (geometry_of(spec).batch.size() > 10) return "oneDNN takes at most 10 batch dims";
   return "";
 }

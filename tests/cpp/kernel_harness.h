@@ -3,7 +3,7 @@
 // and the error bound that optimized dot-product kernels are held to against their reference.
 #pragma once
 
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/widened_bf16.h"
 #include "ops_test_util.h"
 
 namespace kiln::test {
@@ -103,26 +103,27 @@ inline void expect_within_dot_bound(const Tensor& got, const Tensor& reference,
   }
 }
 
-// A kernel of a node with bf16 operands against the reference loops: each result within
-// f32_bound(i) of the reference's, plus, for a bf16 result, one bf16 step at
-// the value (at most 2^-7 of it): the two round nearly equal f32 values, possibly to neighbours.
-// Without AVX512-BF16 the kernel must step aside with `reason_without_bf16` instead.
+// A kernel of a node with bf16 operands against the reference loops, as it is (oneDNN's bf16
+// kernel with AVX512-BF16, else its f32 one on widened operands) and explicitly widened
+// (cpu::create_widened_bf16 around the kernel made for f32): each result within f32_bound(i) of
+// the reference's, plus, for a bf16 result, one bf16 step at the value (at most 2^-7 of it): the
+// two round nearly equal f32 values, possibly to neighbours.
 inline void expect_bf16_kernel_close(const std::string& op, const std::string& kernel,
                                      const KernelSpec& spec, const std::vector<Tensor>& inputs,
-                                     const std::string& reason_without_bf16,
                                      const std::function<double(size_t)>& f32_bound) {
-  const std::string reason = kernel_of(op, kernel).unsupported_reason(spec);
-  if (!cpu::has_avx512_bf16()) {
-    EXPECT_EQ(reason, reason_without_bf16);  // the reference loops run it
-    return;
-  }
-  ASSERT_EQ(reason, "");
+  const KernelDef& def = kernel_of(op, kernel);
+  ASSERT_EQ(def.unsupported_reason(spec), "");
   const std::vector<double> want = values_as_double(create_and_run(op, "reference", spec, inputs));
-  const std::vector<double> got = values_as_double(create_and_run(op, kernel, spec, inputs));
   const bool bf16 = spec.outputs[0].dtype == DType::BF16;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double bound = f32_bound(i) + (bf16 ? std::ldexp(std::fabs(want[i]), -7) : 0);
-    ASSERT_LE(std::fabs(got[i] - want[i]), bound) << "element " << i;
+  auto widened =
+      cpu::create_widened_bf16(spec, [&](const KernelSpec& f32) { return def.create(f32); });
+  for (const auto& [name, instance] :
+       {std::pair{kernel, def.create(spec)}, std::pair{"widened " + kernel, std::move(widened)}}) {
+    const std::vector<double> got = values_as_double(run_instance(*instance, spec, inputs));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double bound = f32_bound(i) + (bf16 ? std::ldexp(std::fabs(want[i]), -7) : 0);
+      ASSERT_LE(std::fabs(got[i] - want[i]), bound) << name << ": element " << i;
+    }
   }
 }
 

@@ -38,9 +38,10 @@ struct ConvEpilogue {
   bool clamps() const { return !std::isinf(clamp_min) || !std::isinf(clamp_max); }
 };
 
-// f32, or bf16 x and w with an f32 bias and an f32 or bf16 y; no zero-size tensors. When w is
-// a graph constant (spec.constant_inputs[1]) it is reordered once, at creation, into the layout
-// the primitive prefers for x's and y's layouts.
+// f32, or bf16 x and w with an f32 bias and an f32 or bf16 y (widened for the f32 convolution on
+// CPUs without AVX512-BF16); no zero-size tensors. When w is a graph constant
+// (spec.constant_inputs[1]) it is reordered once, at creation, into the layout the primitive
+// prefers for x's and y's layouts.
 std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
                                                      const ConvEpilogue& epilogue,
                                                      const KernelSpec& spec);

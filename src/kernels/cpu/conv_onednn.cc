@@ -7,11 +7,13 @@
 #include <optional>
 
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/library_threads.h"
 #include "kernels/cpu/onednn_activation.h"
 #include "kernels/cpu/onednn_layout.h"
 #include "kernels/cpu/onednn_util.h"
+#include "kernels/cpu/widened_bf16.h"
 
 namespace kiln::cpu {
 
@@ -108,6 +110,12 @@ std::optional<Layout> kiln_layout_of(const dnnl::memory::desc& desc, const dnnl:
 std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
                                                      const ConvEpilogue& epilogue,
                                                      const KernelSpec& spec) {
+  // oneDNN 2.6 has no bf16 convolution before AVX-512 and emulates it without AVX512-BF16 (a
+  // .kiln model compiled on a CPU with it): the f32 convolution on widened operands instead.
+  if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16())
+    return create_widened_bf16(spec, [&](const KernelSpec& f32) {
+      return std::make_unique<OneDnnConv2d>(g, epilogue, f32);
+    });
   return std::make_unique<OneDnnConv2d>(g, epilogue, spec);
 }
 

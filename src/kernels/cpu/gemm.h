@@ -46,9 +46,7 @@ std::unique_ptr<KernelInstance> create_openblas_matmul(const MatmulGeometry& g,
                                                        const KernelSpec& spec);
 std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
                                                      const KernelSpec& spec);
-// bf16 operands (f32 result) through the f32 kernels above, widened: the oneDNN kernel's path
-// on CPUs without AVX512-BF16.
-std::unique_ptr<KernelInstance> create_widened_bf16_matmul(const MatmulGeometry& g,
-                                                           const KernelSpec& spec);
+// bf16 operands take oneDNN's bf16 GEMM on CPUs with AVX512-BF16; elsewhere create_onednn_matmul
+// widens them for the f32 GEMM the measured rule picks (widened_bf16.h).
 
 }  // namespace kiln::cpu

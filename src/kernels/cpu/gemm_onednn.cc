@@ -1,14 +1,18 @@
 // Matmul through oneDNN's matmul primitive: the whole broadcast batch in one primitive, B
 // reordered once into the primitive's preferred layout when it is a graph constant. An epilogue
 // becomes the primitive's bias and post-ops (eltwise activation, binary add of the residual),
-// applied by oneDNN to each output block as it is computed. bf16 operands give an f32 result
-// (AVX512-BF16 dot products, f32 accumulation; without them, gemm_widened_bf16.cc), or a bf16 one
-// (oneDNN's bf16 destination; only with them).
+// applied by oneDNN to each output block as it is computed. bf16 operands give an f32 or a bf16
+// result (AVX512-BF16 dot products, f32 accumulation, oneDNN's bf16 destination; without them,
+// the f32 GEMM on widened operands, widened_bf16.h).
+#include <algorithm>
+#include <climits>
+
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/library_threads.h"
 #include "kernels/cpu/onednn_util.h"
+#include "kernels/cpu/widened_bf16.h"
 
 namespace kiln::cpu {
 
@@ -118,9 +122,13 @@ std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
                                                      const KernelSpec& spec) {
   KILN_ASSERT(!g.is_degenerate(), "oneDNN matmul given a degenerate geometry");
   if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16()) {
-    KILN_ASSERT(spec.outputs[0].dtype == DType::F32, "matmul's oneDNN kernel given a bf16 result "
-                                                     "without AVX512-BF16 (onednn_unsupported)");
-    return create_widened_bf16_matmul(g, spec);  // oneDNN would emulate bf16, or refuse it
+    // oneDNN would emulate bf16, or refuse it: the f32 GEMM on widened operands instead.
+    return create_widened_bf16(spec, [g](const KernelSpec& f32) {
+      const bool openblas = std::max({g.m, g.n, g.k}) <= INT_MAX &&
+                            (preferred_gemm_library(g) == GemmLibrary::OpenBLAS ||
+                             g.batch.size() > 10);  // oneDNN's limit
+      return openblas ? create_openblas_matmul(g, f32) : create_onednn_matmul(g, f32);
+    });
   }
   return std::make_unique<OneDnnMatmul>(g, spec);
 }
