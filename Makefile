@@ -26,7 +26,7 @@ test-full: test
 
 setup: build/.system-deps build/.python-deps
 
-build/.system-deps:
+build/.system-deps: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "Installing Debian packages:" $$missing; \
