@@ -142,11 +142,14 @@ Layout onednn_preferred_conv_layout(DType dtype) {
 }
 
 std::vector<Layout> conv_layout_candidates(DType dtype) {
-  const Layout preferred = onednn_preferred_conv_layout(dtype);
   // Measured on two CPUs of docs/benchmarks.md (2026-12-01, 2 threads), which oneDNN's ISA
   // tells apart: a Xeon with AMX and a Zen 4 with AVX-512 but no AMX.
   const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
   if (dtype == DType::BF16) {
+    // Without AVX512-BF16 a bf16 convolution runs the f32 one on widened operands (and oneDNN
+    // might have no bf16 convolution to ask about).
+    if (!has_avx512_bf16()) return conv_layout_candidates(DType::F32);
+    const Layout preferred = onednn_preferred_conv_layout(DType::BF16);
     // What format `any` picks: nhwc with AMX, whose brgconv kernels ran ResNet-50 at batch 1 in
     // 10.2 ms against 39.6 in nChw16c's avx512_core_bf16 kernels. nhwc also takes any channel
     // count, where a blocked bf16 layout that doesn't fit would leave oneDNN only its reference
@@ -154,6 +157,7 @@ std::vector<Layout> conv_layout_candidates(DType dtype) {
     if (preferred == Layout::NHWC) return {Layout::NHWC};
     return {preferred, Layout::NHWC};
   }
+  const Layout preferred = onednn_preferred_conv_layout(DType::F32);
   // Where format `any` picks nhwc (AVX-512: the brgconv kernels) on the Zen 4, oneDNN's jit
   // kernels of the blocked layouts ran whole chains faster: ResNet-50 in nChw16c 40.4 against
   // 43.2 ms at batch 1, 313 against 342 ms at batch 8 (nChw8c, whose kernels are AVX2's, was
