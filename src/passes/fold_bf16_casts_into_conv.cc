@@ -24,10 +24,7 @@ namespace {
 using namespace pat;
 
 std::vector<Value*> read_bf16(Graph& g, const Match& m) {
-  std::vector<Value*> inputs = m.root->inputs();
-  inputs[0] = m["x"];
-  inputs[1] = m["w"];
-  return {g.add_uncast("conv2d", inputs, m.root->attrs(), m.root->name())};
+  return {rebuild_root(g, m, {{0, "x"}, {1, "w"}})};
 }
 
 // A residual would have to be bf16 too; the epilogue passes run later, so there is none yet.

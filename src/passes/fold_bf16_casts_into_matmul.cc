@@ -20,10 +20,7 @@ namespace {
 using namespace pat;
 
 std::vector<Value*> rewrite(Graph& g, const Match& m) {
-  std::vector<Value*> inputs = m.root->inputs();
-  inputs[0] = m["a"];
-  inputs[1] = m["b"];
-  return {g.add_uncast("matmul", inputs, m.root->attrs(), m.root->name())};
+  return {rebuild_root(g, m, {{0, "a"}, {1, "b"}})};
 }
 
 }  // namespace

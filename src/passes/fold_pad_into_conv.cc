@@ -36,11 +36,7 @@ std::vector<Value*> rewrite(Graph& g, const Match& m) {
     padding[0] += amounts[2];
     padding[2] += amounts[3];
   }
-  std::vector<Value*> inputs = m.root->inputs();
-  inputs[0] = m["x"];
-  AttrMap attrs = m.root->attrs();
-  attrs["padding"] = padding;
-  return {g.add_uncast("conv2d", inputs, std::move(attrs), m.root->name())};
+  return {rebuild_root(g, m, {{0, "x"}}, {{"padding", padding}})};
 }
 
 }  // namespace

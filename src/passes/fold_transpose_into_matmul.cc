@@ -17,11 +17,7 @@ namespace {
 using namespace pat;
 
 std::vector<Value*> rewrite(Graph& g, const Match& m) {
-  std::vector<Value*> inputs = m.root->inputs();
-  inputs[1] = m["b"];
-  AttrMap attrs = m.root->attrs();
-  attrs["transpose_b"] = !m.root->attr_bool("transpose_b");
-  return {g.add_uncast("matmul", inputs, std::move(attrs), m.root->name())};
+  return {rebuild_root(g, m, {{1, "b"}}, {{"transpose_b", !m.root->attr_bool("transpose_b")}})};
 }
 
 }  // namespace

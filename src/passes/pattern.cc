@@ -276,6 +276,16 @@ Rewrite forward(std::string capture) {
 
 }  // namespace pat
 
+Value* rebuild_root(Graph& g, const Match& m,
+                    const std::vector<std::pair<size_t, std::string>>& captured_inputs,
+                    const AttrMap& changed) {
+  std::vector<Value*> inputs = m.root->inputs();
+  for (const auto& [position, capture] : captured_inputs) inputs.at(position) = m[capture];
+  AttrMap attrs = m.root->attrs();
+  for (const auto& [key, value] : changed) attrs[key] = value;
+  return g.add_uncast(m.root->op(), inputs, std::move(attrs), m.root->name());
+}
+
 Value* Match::operator[](const std::string& capture) const {
   auto it = values.find(capture);
   KILN_ASSERT(it != values.end(), "pattern has no capture '" << capture << "'");

@@ -107,6 +107,13 @@ MatchResult match(const Pattern& pattern, Node* root);
 // with Graph::add; the pass sorts the graph and gives them the root's source annotation.
 using Rewrite = std::function<std::vector<Value*>(Graph&, const Match&)>;
 
+// The matched root's op again, named as the root and uncast (its operands keep their dtypes),
+// with the inputs at the given positions replaced by those captures and `changed` applied to its
+// attributes: what folding an operand's producer into the op builds.
+Value* rebuild_root(Graph& g, const Match& m,
+                    const std::vector<std::pair<size_t, std::string>>& captured_inputs,
+                    const AttrMap& changed = {});
+
 struct RewriteRule {
   std::string name;
   Pattern pattern;  // an op pattern
