@@ -15,9 +15,9 @@
 //
 // A query row that attends no key (every key masked) gives zeros, as PyTorch does on the CPU.
 //
-// Kernels, best first: the fused flash-attention kernel (f32, AVX2+FMA; kernels/cpu/
-// attention.cc), then the reference (f32, f64), which computes each row's scores, softmax and
-// weighted sum in double.
+// Kernels, best first: the fused flash-attention kernel (f32; kernels/cpu/attention.cc) with its
+// GEMM tiles in AVX-512 or in AVX2+FMA, then the reference (f32, f64), which computes each row's
+// scores, softmax and weighted sum in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -181,6 +181,10 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
 std::string flash_unsupported(const KernelSpec& spec) {
   return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
 }
+std::string flash_avx512_unsupported(const KernelSpec& spec) {
+  if (!cpu::has_avx512f()) return "the CPU lacks AVX-512";
+  return flash_unsupported(spec);
+}
 #endif
 
 }  // namespace
@@ -194,6 +198,8 @@ void register_attention_ops(OpRegistry& registry) {
   def.infer = infer_attention;
   def.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
+  def.kernels.push_back({"flash_avx512", "native", flash_avx512_unsupported,
+                         cpu::create_flash_attention_avx512});
   def.kernels.push_back({"flash", "native", flash_unsupported, cpu::create_flash_attention});
 #endif
   def.kernels.push_back({"reference", "native", [](const KernelSpec&) { return std::string(); },

@@ -18,11 +18,21 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-bool flash_available() {
-  if (!test::has_kernel(kOp, "flash")) return false;
+bool available(const char* kernel) {
+  if (!test::has_kernel(kOp, kernel)) return false;
   OneNode n(kOp, {type_of(DType::F32, {2, 4}), type_of(DType::F32, {3, 4}),
                   type_of(DType::F32, {3, 4})});
-  return test::unsupported_reason(*n.node, "flash").empty();
+  return test::unsupported_reason(*n.node, kernel).empty();
+}
+bool flash_available() { return available("flash"); }
+
+// flash_avx512 computes what flash does in other tiles, summing in the same order: where the
+// CPU has AVX-512, the checks of flash below also check that its bits equal flash's.
+void expect_avx512_tiles_give_the_same_bits(const Node& node, const std::vector<Tensor>& in,
+                                            const Tensor& flash) {
+  if (!available("flash_avx512")) return;
+  EXPECT_TRUE(test::same_values(test::run_kernel(node, "flash_avx512", in)[0], flash))
+      << "flash_avx512 against flash";
 }
 
 // ---------------------------------------------------------------- problems and inputs
@@ -216,6 +226,7 @@ double expect_flash_matches_reference(const Problem& p, const std::vector<Tensor
   OneNode node(kOp, p.types(), p.attrs());
   const Tensor expected = test::run_kernel(*node.node, "reference", in)[0];
   const Tensor got = test::run_kernel(*node.node, "flash", in)[0];
+  expect_avx512_tiles_give_the_same_bits(*node.node, in, got);
   if (two_threads) {
     EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "flash", in, 2)[0], got));
   }
@@ -595,7 +606,9 @@ void expect_heads_second_last_matches(const Problem& p, int flags, std::mt19937&
   EXPECT_TRUE(test::same_values(got_reference, reference)) << "reference kernel";
   if (!flash_available()) return;
   const Tensor flash = test::run_kernel(*dense_node.node, "flash", dense)[0];
-  const Tensor got = dense_result(test::run_kernel(*node.node, "flash", in)[0]);
+  const Tensor strided = test::run_kernel(*node.node, "flash", in)[0];
+  expect_avx512_tiles_give_the_same_bits(*node.node, in, strided);
+  const Tensor got = dense_result(strided);
   EXPECT_TRUE(test::same_values(got, flash)) << "flash kernel";
   const std::vector<double> bound = error_bound(p, dense);
   ASSERT_EQ(static_cast<size_t>(got.numel()), bound.size());

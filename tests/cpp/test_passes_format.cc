@@ -540,8 +540,9 @@ TEST(Layouts, PoolKernelsInEveryLayout) {
       std::vector<std::string> kernels;
       for (const KernelDef& k : OpRegistry::instance().find(c.op)->kernels)
         if (k.name != "reference" && k.unsupported_reason(spec).empty()) kernels.push_back(k.name);
-      if (test::has_kernel(c.op, "avx2") && cpu::has_avx2_fma())
+      if (test::has_kernel(c.op, "avx2") && cpu::has_avx2_fma()) {
         EXPECT_NE(std::find(kernels.begin(), kernels.end(), "avx2"), kernels.end());
+      }
       Tensor magnitude;
       if (!max) {
         Tensor abs_stored = test::abs_of(stored);

@@ -306,6 +306,101 @@ KILN_TARGET_AVX2 void with_tile_rows(int64_t rows, const Fn& fn) {
   }
 }
 
+// ---------------------------------------------------------------- AVX-512 tiles
+// The same tiles 16 lanes a vector, for the key block's 64 columns or ev's 64 at once: each
+// output lane sums in the same order as in the AVX2 tiles above, so both give the same bits.
+
+// Calls fn(std::integral_constant<int, N>) for N = vectors in [1, 4].
+template <typename Fn>
+KILN_TARGET_AVX512 void with_vectors(int64_t vectors, const Fn& fn) {
+  switch (vectors) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    default: fn(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+// acc[r][0..16 NV) += sum_{i < steps} a[r a_stride + i] b[i b_stride + 0..16 NV) for R rows: the
+// register tile of both GEMMs, NV loads of b and R broadcasts of a per step; the last vector of
+// b is read on the lanes of `last` only.
+template <int R, int NV>
+KILN_TARGET_AVX512 inline __attribute__((always_inline)) void accumulate_tile_avx512(
+    __m512 (&acc)[R][NV], const float* a, int64_t a_stride, const float* b, int64_t b_stride,
+    int64_t steps, __mmask16 last) {
+  for (int64_t i = 0; i < steps; ++i) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n) {
+      const __mmask16 lanes = n == NV - 1 ? last : __mmask16(0xFFFF);
+      bv[n] = _mm512_maskz_loadu_ps(lanes, b + i * b_stride + 16 * n);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * a_stride + i]);
+#pragma GCC unroll 4
+      for (int n = 0; n < NV; ++n) acc[r][n] = _mm512_fmadd_ps(av, bv[n], acc[r][n]);
+    }
+  }
+}
+
+// s[r][0..16 NV) = sum_e q[r][e] kt[e][0..16 NV) for R rows. Row strides as in scores_tile.
+template <int R, int NV>
+KILN_TARGET_AVX512 void scores_tile_avx512(const float* q, int64_t q_stride, const float* kt,
+                                           int64_t e_count, float* s) {
+  __m512 acc[R][NV];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n) acc[r][n] = _mm512_setzero_ps();
+  accumulate_tile_avx512(acc, q, q_stride, kt, kBlockK, e_count, 0xFFFF);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n) _mm512_storeu_ps(s + r * kBlockK + 16 * n, acc[r][n]);
+}
+
+// The scores of `rows` query rows against the block's `keys` packed keys (kt, zero beyond the
+// keys up to a multiple of 16). Row strides: q q_stride, kt and s kBlockK.
+KILN_TARGET_AVX512 void scores_avx512(const float* q, int64_t q_stride, int64_t rows,
+                                      const float* kt, int64_t keys, int64_t e_count, float* s) {
+  const int64_t vectors = (keys + 15) / 16;
+  for (int64_t r = 0; r < rows; r += kTileRows)
+    with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX512 {
+      with_vectors(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
+        scores_tile_avx512<decltype(rows_constant)::value, decltype(vectors_constant)::value>(
+            q + r * q_stride, q_stride, kt, e_count, s + r * kBlockK);
+      });
+    });
+}
+
+// o[r][0..16 NV) = alpha[r] o[r] + sum_{j < keys} p[r][j] v[j][0..16 NV) for R rows (o starts
+// from 0 when `first`); the last vector of each row only on the lanes of `last`, so neither v
+// nor o is touched past its row's end. Row strides as in weighted_values_tile.
+template <int R, int NV>
+KILN_TARGET_AVX512 void weighted_values_tile_avx512(const float* p, int64_t keys, const float* v,
+                                                    int64_t v_stride, __mmask16 last,
+                                                    const float* alpha, bool first, float* o,
+                                                    int64_t o_stride) {
+  auto lanes = [last](int n) { return n == NV - 1 ? last : __mmask16(0xFFFF); };
+  __m512 acc[R][NV];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n)
+      acc[r][n] = first ? _mm512_setzero_ps()
+                        : _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n), o + r * o_stride + 16 * n),
+                                        a);
+  }
+  accumulate_tile_avx512(acc, p, kBlockK, v, v_stride, keys, last);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n)
+      _mm512_mask_storeu_ps(o + r * o_stride + 16 * n, lanes(n), acc[r][n]);
+}
+
 // One thread's working memory, carved from its slot of the kernel's scratch.
 struct Workspace {
   float* kt;         // [e][kBlockK]: the key block, transposed
@@ -395,8 +490,11 @@ KILN_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
 
 class FlashAttention final : public KernelInstance {
  public:
-  FlashAttention(AttentionGeometry g, int threads)
-      : g_(std::move(g)), threads_(std::max(threads, 1)), slot_floats_(Workspace::floats(g_)) {}
+  FlashAttention(AttentionGeometry g, int threads, bool avx512)
+      : g_(std::move(g)),
+        threads_(std::max(threads, 1)),
+        slot_floats_(Workspace::floats(g_)),
+        avx512_(avx512) {}
 
   size_t scratch_bytes() const override {
     return static_cast<size_t>(threads_) * static_cast<size_t>(slot_floats_) * sizeof(float);
@@ -445,12 +543,16 @@ class FlashAttention final : public KernelInstance {
         if (r < rows) scores_by_dots<1>(q + r * qs, qs, k, ks, keys, g_.e, ws.p + r * kBlockK);
       } else {
         pack_keys_transposed(k, ks, keys, g_.e, ws.kt);
-        for (int64_t r = 0; r < rows; r += kTileRows)
-          with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX2 {
-            constexpr int R = decltype(rows_constant)::value;
-            for (int64_t c = 0; c < keys; c += 16)
-              scores_tile<R>(q + r * qs, qs, ws.kt + c, g_.e, ws.p + r * kBlockK + c);
-          });
+        if (avx512_) {
+          scores_avx512(q, qs, rows, ws.kt, keys, g_.e, ws.p);
+        } else {
+          for (int64_t r = 0; r < rows; r += kTileRows)
+            with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX2 {
+              constexpr int R = decltype(rows_constant)::value;
+              for (int64_t c = 0; c < keys; c += 16)
+                scores_tile<R>(q + r * qs, qs, ws.kt + c, g_.e, ws.p + r * kBlockK + c);
+            });
+        }
       }
       switch (g_.mask) {
         case AttentionMask::None:
@@ -463,7 +565,9 @@ class FlashAttention final : public KernelInstance {
           online_softmax<AttentionMask::Additive>(ops, b, i0, rows, j0, keys, ws);
           break;
       }
-      accumulate_values(ops.v + g_.v_offsets[b] + j0 * g_.v_row_stride, rows, keys, j0 == 0, ws);
+      const float* v = ops.v + g_.v_offsets[b] + j0 * g_.v_row_stride;
+      if (avx512_) accumulate_values_avx512(v, rows, keys, j0 == 0, ws);
+      else accumulate_values(v, rows, keys, j0 == 0, ws);
     }
     normalize(rows, key_end > 0, ws, out);
   }
@@ -541,6 +645,25 @@ class FlashAttention final : public KernelInstance {
       });
   }
 
+  // accumulate_values in 64 columns of v at a time.
+  KILN_TARGET_AVX512 void accumulate_values_avx512(const float* v, int64_t rows, int64_t keys,
+                                                   bool first, Workspace& ws) const {
+    for (int64_t r = 0; r < rows; r += kTileRows)
+      with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX512 {
+        for (int64_t c = 0; c < g_.ev; c += 4 * 16) {
+          const int64_t width = std::min<int64_t>(4 * 16, g_.ev - c);
+          const int64_t vectors = (width + 15) / 16;
+          const auto last = static_cast<__mmask16>((1u << (width - 16 * (vectors - 1))) - 1);
+          with_vectors(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
+            weighted_values_tile_avx512<decltype(rows_constant)::value,
+                                        decltype(vectors_constant)::value>(
+                ws.p + r * kBlockK, keys, v + c, g_.v_row_stride, last, ws.alpha + r, first,
+                ws.o + r * ws.o_stride + c, ws.o_stride);
+          });
+        }
+      });
+  }
+
   // out = o / l; rows that attended no key (l = 0, or no keys at all) are 0, as in PyTorch.
   KILN_TARGET_AVX2 void normalize(int64_t rows, bool any_keys, const Workspace& ws,
                                   float* out) const {
@@ -566,12 +689,17 @@ class FlashAttention final : public KernelInstance {
   AttentionGeometry g_;
   int threads_;
   int64_t slot_floats_;
+  bool avx512_;  // the GEMM tiles in AVX-512 (the rest stays AVX2)
 };
 
 }  // namespace
 
 std::unique_ptr<KernelInstance> create_flash_attention(const KernelSpec& spec) {
-  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads);
+  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads, false);
+}
+
+std::unique_ptr<KernelInstance> create_flash_attention_avx512(const KernelSpec& spec) {
+  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads, true);
 }
 #endif  // KILN_X86
 

@@ -52,6 +52,9 @@ AttentionGeometry make_attention_geometry(const KernelSpec& spec);
 // per thread, one block of scores and one block of output rows: O(block_q x (block_k + Ev)),
 // whatever L and S are.
 std::unique_ptr<KernelInstance> create_flash_attention(const KernelSpec& spec);
+// The same with its two GEMMs (q k^T and P v) in AVX-512 tiles (call only when has_avx512f()):
+// the same bits as the AVX2 kernel, in half the FMA instructions.
+std::unique_ptr<KernelInstance> create_flash_attention_avx512(const KernelSpec& spec);
 #endif
 
 }  // namespace kiln::cpu

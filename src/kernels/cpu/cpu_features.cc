@@ -11,6 +11,16 @@ bool has_avx2_fma() {
 #endif
 }
 
+bool has_avx512f() {
+#if defined(__x86_64__) || defined(__i386__)
+  // libgcc's check includes the OS's support for the registers (XCR0).
+  static const bool supported = has_avx2_fma() && __builtin_cpu_supports("avx512f");
+  return supported;
+#else
+  return false;
+#endif
+}
+
 bool has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool supported = __builtin_cpu_supports("avx512bf16");

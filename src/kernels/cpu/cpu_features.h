@@ -11,6 +11,8 @@
 // A function compiled for AVX2+FMA; call it only when has_avx2_fma(). Per function rather than
 // per file, so that inline library code instantiated next to it stays portable.
 #define KILN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+// The same for AVX-512 Foundation (with AVX2 and FMA); call it only when has_avx512f().
+#define KILN_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
 // `x` on x86 builds, where the AVX2 kernels exist; null elsewhere.
 #define KILN_IF_X86(x) x
 #else
@@ -21,6 +23,10 @@ namespace kiln::cpu {
 
 // AVX2 and FMA together (Haswell and Zen onward): what Kiln's vectorized kernels need.
 bool has_avx2_fma();
+
+// AVX-512 Foundation with AVX2 and FMA (Skylake-SP, Ice Lake, Zen 4 onward), the OS saving the
+// 512-bit registers: twice the f32 lanes per instruction.
+bool has_avx512f();
 
 // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 onward): bf16 dot products at twice the f32
 // FMA rate, which oneDNN's bf16 matmul uses.
