@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/layout.h"
 #include "kiln/kiln.h"
 #include "ops/op_registry.h"
@@ -559,25 +560,8 @@ Json bench_conv(const Options& o, const Peak& peak, bool& mismatch) {
 
 // ------------------------------------------------------------------------------ elementwise
 
-// The largest cache Linux lists for CPU 0 (sysfs: glibc's sysconf reports 320 MiB of L3 on the
-// 32 MiB Zen 4 EPYC of this project), 0 when it lists none.
-int64_t last_level_cache_bytes() {
-  int64_t largest = 0;
-  for (int index = 0; index < 8; ++index) {
-    std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) +
-                       "/size");
-    int64_t size = 0;
-    std::string unit;
-    if (!(file >> size)) continue;
-    file >> unit;
-    const int64_t scale = unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 1;
-    largest = std::max(largest, size * scale);
-  }
-  return largest;
-}
-
 Json bench_elementwise(const Options& o, bool& mismatch) {
-  const int64_t llc = last_level_cache_bytes();
+  const int64_t llc = cpu::last_level_cache_bytes();
   const int64_t mib = o.smoke ? 1
                       : o.elementwise_mib > 0
                           ? o.elementwise_mib

@@ -2,11 +2,14 @@
 // reference kernels against hand-computed values, the AVX2 kernels against the reference
 // kernels, and every op through the executor.
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <cstdio>
 #include <set>
 #include <span>
 #include <tuple>
 
+#include "kernels/cpu/elementwise_avx2.h"
 #include "ops/type_promotion.h"
 #include "ops_test_util.h"
 
@@ -777,10 +780,12 @@ TEST(OpsElementwise, Avx2KeepsTheSignOfZeroOnEveryPath) {
       OneNode node(c.op, {type_of(DType::F32, {8})}, c.attrs);
       const Tensor want = test::run_kernel(*node.node, "reference", {x})[0];
       const Tensor got = test::run_kernel(*node.node, "avx2", {x})[0];
-      for (int64_t i = 0; i < 8; ++i)
-        if (want.data<float>()[i] == 0)
+      for (int64_t i = 0; i < 8; ++i) {
+        if (want.data<float>()[i] == 0) {
           EXPECT_EQ(std::signbit(got.data<float>()[i]), std::signbit(want.data<float>()[i]))
               << "x = " << x.data<float>()[i];
+        }
+      }
     }
   }
 }
@@ -937,6 +942,45 @@ TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
     }
   }
 }
+
+// Outputs past the streaming threshold (lowered here to 64 bytes) are written with streaming
+// stores from their first 32-byte aligned element on: the same bits as the cached stores, at every
+// alignment of the output, for unary, binary (broadcast too) and where loops.
+#ifdef KILN_X86
+TEST(OpsElementwise, Avx2StreamingStoresGiveTheSameBits) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(13);
+  const int64_t default_threshold = cpu::avx2::streaming_store_min_bytes();
+  for (int64_t n : {int64_t{15}, int64_t{16}, int64_t{17}, int64_t{100003}}) {
+    Tensor a = test::random_tensor(DType::F32, {n}, rng, -100, 100);
+    Tensor b = test::random_tensor(DType::F32, {n}, rng, -100, 100);
+    test::sprinkle_extremes(a, rng);
+    std::vector<uint8_t> cond(static_cast<size_t>(n));
+    for (uint8_t& v : cond) v = rng() % 2;
+    const float* x = a.data<float>();
+    const float* y = b.data<float>();
+    const auto* c = reinterpret_cast<const bool*>(cond.data());
+    const std::vector<std::pair<const char*, std::function<void(float*)>>> loops = {
+        {"relu", [&](float* out) { cpu::avx2::relu(x, out, n); }},
+        {"exp", [&](float* out) { cpu::avx2::exp(x, out, n); }},
+        {"add", [&](float* out) { cpu::avx2::add(x, 1, y, 1, out, n); }},
+        {"mul, a broadcast", [&](float* out) { cpu::avx2::mul(x, 0, y, 1, out, n); }},
+        {"where", [&](float* out) { cpu::avx2::where(c, 1, x, 1, y, 0, out, n); }},
+    };
+    for (const auto& [name, loop] : loops)
+      for (int64_t offset = 0; offset < 8; ++offset) {
+        SCOPED_TRACE(std::string(name) + " n=" + std::to_string(n) + " output offset " +
+                     std::to_string(offset));
+        std::vector<float> cached(static_cast<size_t>(n + 8)), streamed(cached.size());
+        loop(cached.data() + offset);
+        cpu::avx2::set_streaming_store_min_bytes(64);
+        loop(streamed.data() + offset);
+        cpu::avx2::set_streaming_store_min_bytes(default_threshold);
+        EXPECT_EQ(std::memcmp(cached.data(), streamed.data(), cached.size() * sizeof(float)), 0);
+      }
+  }
+}
+#endif
 
 TEST(OpsElementwise, Avx2WhereMatchesReferenceOnEveryBroadcastPattern) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";

@@ -1,5 +1,8 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <algorithm>
+#include <fstream>
+
 namespace kiln::cpu {
 
 bool has_avx2_fma() {
@@ -28,6 +31,25 @@ bool has_avx512_bf16() {
 #else
   return false;
 #endif
+}
+
+int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    int64_t largest = 0;
+    for (int index = 0; index < 8; ++index) {
+      std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) +
+                         "/size");
+      int64_t size = 0;
+      std::string unit;
+      if (!(file >> size)) continue;
+      file >> unit;
+      const int64_t scale =
+          unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 1;
+      largest = std::max(largest, size * scale);
+    }
+    return largest;
+  }();
+  return bytes;
 }
 
 std::string avx2_f32_unsupported_reason(DType dtype) {

@@ -2,6 +2,7 @@
 // function target attributes (never a global -march) and chosen only when the CPU has it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kiln/dtype.h"
@@ -31,6 +32,10 @@ bool has_avx512f();
 // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 onward): bf16 dot products at twice the f32
 // FMA rate, which oneDNN's bf16 matmul uses.
 bool has_avx512_bf16();
+
+// The largest cache Linux lists for CPU 0 in sysfs (glibc's sysconf overstated the L3 of a Zen 4
+// EPYC tenfold), 0 when it lists none.
+int64_t last_level_cache_bytes();
 
 // Why an AVX2 kernel for f32 can't run on this CPU with this dtype; empty when it can.
 std::string avx2_f32_unsupported_reason(DType dtype);

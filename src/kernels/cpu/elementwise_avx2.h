@@ -21,6 +21,14 @@ using CompareArrayFn = void (*)(const float* a, int64_t a_step, const float* b, 
 #ifdef KILN_X86
 namespace avx2 {
 
+// Float outputs of at least this many bytes per call, of ops with a few instructions a vector
+// (relu, add, ...), are written with streaming stores, which bypass the caches: half the
+// last-level cache, so that with two threads (a call each) an output larger than the cache,
+// which no reader would find there, streams; never when Linux lists no cache (the figures are in
+// elementwise_avx2.cc). Tests lower it to run that path on small tensors.
+int64_t streaming_store_min_bytes();
+void set_streaming_store_min_bytes(int64_t bytes);
+
 void relu(const float* in, float* out, int64_t n);
 void neg(const float* in, float* out, int64_t n);
 void exp(const float* in, float* out, int64_t n);
