@@ -30,6 +30,7 @@ std::unique_ptr<Pass> make_fuse_decomposed_layer_norm();
 std::unique_ptr<Pass> make_fuse_decomposed_rms_norm();
 std::unique_ptr<Pass> make_fuse_decomposed_softmax();
 std::unique_ptr<Pass> make_fuse_decomposed_attention();
+std::unique_ptr<Pass> make_move_casts_across_head_permutes();
 std::unique_ptr<Pass> make_fold_permute_into_attention();
 std::unique_ptr<Pass> make_fold_linear_batch_norm();
 std::unique_ptr<Pass> make_fuse_matmul_epilogue();

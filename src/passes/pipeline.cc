@@ -25,6 +25,7 @@ PassPipeline default_pipeline() {
   p.add(make_fuse_decomposed_rms_norm());
   p.add(make_fuse_decomposed_softmax());
   p.add(make_fuse_decomposed_attention());
+  p.add(make_move_casts_across_head_permutes());
   p.add(make_fold_permute_into_attention());
   p.add(make_fold_linear_batch_norm());
   p.add(make_fuse_matmul_epilogue());
