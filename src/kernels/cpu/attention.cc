@@ -437,6 +437,11 @@ struct Operands {
 
 // Reads the mask for 8 keys of one query row: which to keep (bool) or what to add (additive).
 // `row` points at the row's element for the block's first key; col_stride is 1 or 0.
+// Every lane of a 16-lane vector. Where an intrinsic has a zero-masked form, the AVX-512 code
+// takes that one: GCC 12 warns of the unmasked forms' undefined passthrough operand as maybe
+// uninitialized.
+constexpr __mmask16 kAllLanes = 0xFFFF;
+
 template <AttentionMask kMask>
 class MaskRow {
  public:
@@ -465,39 +470,7 @@ class MaskRow {
     return x;
   }
 
- private:
-  const void* row_;
-  bool contiguous_;
-};
-
-// exp(x) for x <= 0, and NaN for NaN: avx2::exp's reduction and polynomial, but results below
-// 2^-124 (x < -86) flushed to 0, which leaves the scaling by 2^n to one exponent add. A softmax
-// weight that small next to the row max's weight of 1 changes no f32 sum.
-KILN_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, splat(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, splat(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, splat(-2.12194440e-4f), r);
-  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
-                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
-  __m256 m = _mm256_fmadd_ps(avx2::polynomial(r, P), _mm256_mul_ps(r, r), r);
-  m = _mm256_add_ps(m, splat(1.0f));
-  const __m256i scaled = _mm256_add_epi32(_mm256_castps_si256(m),
-                                          _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23));
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, splat(-86.0f), _CMP_LT_OQ),
-                          _mm256_castsi256_ps(scaled));
-}
-
-// MaskRow and exp_nonpositive for 16 lanes: the same arithmetic in each lane. (Where an
-// intrinsic has a zero-masked form, that one: GCC 12 warns of the unmasked forms' undefined
-// passthrough operand as maybe uninitialized.)
-constexpr __mmask16 kAllLanes = 0xFFFF;
-
-template <AttentionMask kMask>
-class MaskRow16 {
- public:
-  MaskRow16(const void* row, int64_t col_stride) : row_(row), contiguous_(col_stride != 0) {}
-
+  // The same for keys [j, j + 16) (`valid` 1..16), 16 lanes at a time.
   KILN_TARGET_AVX512 __m512 apply(__m512 score, __m512 scale, int64_t j, int64_t valid) const {
     if constexpr (kMask == AttentionMask::Additive) {
       const auto* m = static_cast<const float*>(row_);
@@ -525,11 +498,31 @@ class MaskRow16 {
   bool contiguous_;
 };
 
+// exp(x) for x <= 0, and NaN for NaN: avx2::exp's reduction and polynomial, but results below
+// 2^-124 (x < -86) flushed to 0, which leaves the scaling by 2^n to one exponent add. A softmax
+// weight that small next to the row max's weight of 1 changes no f32 sum.
+KILN_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, splat(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, splat(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, splat(-2.12194440e-4f), r);
+  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  __m256 m = _mm256_fmadd_ps(avx2::polynomial(r, P), _mm256_mul_ps(r, r), r);
+  m = _mm256_add_ps(m, splat(1.0f));
+  const __m256i scaled = _mm256_add_epi32(_mm256_castps_si256(m),
+                                          _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, splat(-86.0f), _CMP_LT_OQ),
+                          _mm256_castsi256_ps(scaled));
+}
+
+// Lanes 0-7 (kHalf 0) or 8-15 (kHalf 1) of v.
 template <int kHalf>
 KILN_TARGET_AVX512 inline __m256 half(__m512 v) {
   return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), kHalf));
 }
 
+// exp_nonpositive for 16 lanes: the same arithmetic in each lane.
 KILN_TARGET_AVX512 inline __m512 exp_nonpositive16(__m512 x) {
   const __m512 n = _mm512_maskz_roundscale_ps(
       kAllLanes, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -706,7 +699,7 @@ class FlashAttention final : public KernelInstance {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       const int64_t attended = g_.causal ? std::clamp<int64_t>(i - j0 + 1, 0, keys) : keys;
-      const MaskRow16<kMask> mask(mask_plane + i * g_.mask_row_stride * element,
+      const MaskRow<kMask> mask(mask_plane + i * g_.mask_row_stride * element,
                                   g_.mask_col_stride);
       float* x = ws.p + r * kBlockK;
       __m512 block_max = neg_inf;
