@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "kernels/cpu/parallel_chunks.h"
 #ifdef KILN_X86
@@ -293,33 +294,24 @@ KILN_TARGET_AVX2 void weighted_values_tile(const float* p, int64_t keys, const f
     for (int n = 0; n < NV; ++n) _mm256_storeu_ps(o + r * o_stride + 8 * n, acc[r][n]);
 }
 
-// Calls fn(std::integral_constant<int, R>) for R = rows in [1, kTileRows].
+// Calls fn(std::integral_constant<int, N>) for N = count clamped to [1, kMax]: a runtime count
+// (a tile's rows, its vectors) as the template argument its loops are unrolled for.
+template <int kMax, typename Fn>
+inline void with_constant(int64_t count, const Fn& fn) {
+  [&]<int... N>(std::integer_sequence<int, N...>) {
+    const int n = static_cast<int>(std::clamp<int64_t>(count, 1, kMax));
+    ((n == N + 1 ? (fn(std::integral_constant<int, N + 1>{}), 0) : 0), ...);
+  }(std::make_integer_sequence<int, kMax>{});
+}
+
 template <typename Fn>
-KILN_TARGET_AVX2 void with_tile_rows(int64_t rows, const Fn& fn) {
-  switch (rows) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    case 5: fn(std::integral_constant<int, 5>{}); break;
-    default: fn(std::integral_constant<int, 6>{}); break;
-  }
+void with_tile_rows(int64_t rows, const Fn& fn) {
+  with_constant<kTileRows>(rows, fn);
 }
 
 // ---------------------------------------------------------------- AVX-512 tiles
 // The same tiles 16 lanes a vector, for the key block's 64 columns or ev's 64 at once: each
 // output lane sums in the same order as in the AVX2 tiles above, so both give the same bits.
-
-// Calls fn(std::integral_constant<int, N>) for N = vectors in [1, 4].
-template <typename Fn>
-KILN_TARGET_AVX512 void with_vectors(int64_t vectors, const Fn& fn) {
-  switch (vectors) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    default: fn(std::integral_constant<int, 4>{}); break;
-  }
-}
 
 // acc[r][0..16 NV) += sum_{i < steps} a[r a_stride + i] b[i b_stride + 0..16 NV) for R rows: the
 // register tile of both GEMMs, NV loads of b and R broadcasts of a per step; the last vector of
@@ -367,7 +359,7 @@ KILN_TARGET_AVX512 void scores_avx512(const float* q, int64_t q_stride, int64_t 
   const int64_t vectors = (keys + 15) / 16;
   for (int64_t r = 0; r < rows; r += kTileRows)
     with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX512 {
-      with_vectors(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
+      with_constant<4>(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
         scores_tile_avx512<decltype(rows_constant)::value, decltype(vectors_constant)::value>(
             q + r * q_stride, q_stride, kt, e_count, s + r * kBlockK);
       });
@@ -762,7 +754,7 @@ class FlashAttention final : public KernelInstance {
           const int64_t width = std::min<int64_t>(4 * 16, g_.ev - c);
           const int64_t vectors = (width + 15) / 16;
           const auto last = static_cast<__mmask16>((1u << (width - 16 * (vectors - 1))) - 1);
-          with_vectors(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
+          with_constant<4>(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
             weighted_values_tile_avx512<decltype(rows_constant)::value,
                                         decltype(vectors_constant)::value>(
                 ws.p + r * kBlockK, keys, v + c, g_.v_row_stride, last, ws.alpha + r, first,
