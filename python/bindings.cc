@@ -1005,8 +1005,9 @@ NB_MODULE(_C, m) {
          std::string dump_type, std::string dump_path, size_t memory_reuse_threshold,
          std::string memory_optimization_level, std::shared_ptr<MemoryPool> memory_pool,
          std::vector<std::vector<std::vector<int64_t>>> gears, bool pad_to_gear,
-         std::string profile_path) {
+         std::string profile_path, bool gemm_weights_in_place) {
         CompileOptions options;
+        options.gemm_weights_in_place = gemm_weights_in_place;
         options.profile_path = std::move(profile_path);
         options.gears = std::move(gears);
         options.pad_to_gear = pad_to_gear;
@@ -1030,6 +1031,6 @@ NB_MODULE(_C, m) {
       "dump_type"_a = "", "dump_path"_a = "./kiln_dump", "memory_reuse_threshold"_a = 0,
       "memory_optimization_level"_a = "default", "memory_pool"_a.none() = nb::none(),
       "gears"_a = std::vector<std::vector<std::vector<int64_t>>>(), "pad_to_gear"_a = false,
-      "profile_path"_a = "",
+      "profile_path"_a = "", "gemm_weights_in_place"_a = false,
       "Compiles a graph (the graph is copied; later edits don't affect the result).");
 }

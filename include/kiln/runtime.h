@@ -122,6 +122,11 @@ struct CompileOptions {
   // graph's) and the best arena of every placement strategy; "aggressive": every schedule
   // variant with every strategy (memory.optimization_level).
   std::string memory_optimization_level = "default";
+  // Matmuls read constant weights where they lie (the caller's or the model file's tensors)
+  // instead of a copy reordered into the GEMM library's preferred layout: the compiled graph
+  // then holds no second copy of a transformer's weights, at some GEMM speed
+  // (memory.gemm_weights_in_place; docs/config.md has the measured cost).
+  bool gemm_weights_in_place = false;
   // Non-null: plans borrow their arena from this pool, shared with other compiled graphs
   // (memory.enable_shared_pool); null: each plan pools arenas of its own.
   std::shared_ptr<MemoryPool> memory_pool;

@@ -138,6 +138,9 @@ _OPTIONS: dict[str, _Option] = {
     "memory.optimization_level": _opt("default", _choice("default", "aggressive"), True,
         "default: one execution order (memory-aware at O3) and the smallest arena of every "
         "placement strategy; aggressive: every schedule variant with every strategy"),
+    "memory.gemm_weights_in_place": _opt(False, _typed(bool), True,
+        "matmuls read constant weights where they lie instead of a copy prepacked for the GEMM "
+        "library: no second copy of the weights, GEMMs somewhat slower (see Memory options)"),
     "memory.enable_shared_pool": _opt(False, _typed(bool), True,
         "the Kiln partitions of one compiled FX graph borrow one arena, sized to the largest, "
         "instead of one each (concurrent runs each borrow their own)"),
@@ -290,6 +293,7 @@ class CompilerConfig(_Section):
                 "dump_type": self.get("debug.graph_dump.type") or "",
                 "memory_reuse_threshold": self.get("memory.reuse_threshold"),
                 "memory_optimization_level": self.get("memory.optimization_level"),
+                "gemm_weights_in_place": self.get("memory.gemm_weights_in_place"),
                 "dump_path": self.get("debug.graph_dump.path"),
                 "profile_path": self.get("debug.profile") or ""}
 

@@ -81,6 +81,12 @@ ModelMetadata read_metadata(const json& meta, CompileOptions& options) {
       int_field(o, "memory_reuse_threshold", "compile_options", 0, INT64_MAX));
   options.memory_optimization_level =
       string_field(o, "memory_optimization_level", "compile_options");
+  // Absent from files written before the option existed: those prepacked their weights.
+  if (o.contains("gemm_weights_in_place")) {
+    const json& in_place = o["gemm_weights_in_place"];
+    if (!in_place.is_boolean()) bad("compile option gemm_weights_in_place is not a bool");
+    options.gemm_weights_in_place = in_place.get<bool>();
+  }
   const json& passes = field(o, "disabled_passes", "compile_options");
   if (!passes.is_array()) bad("compile option disabled_passes is not a list");
   for (const json& p : passes) {

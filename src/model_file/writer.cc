@@ -35,7 +35,8 @@ json options_json(const CompileOptions& o) {
           {"disabled_passes", o.disabled_passes},
           {"plan_cache_capacity", o.plan_cache_capacity},
           {"memory_reuse_threshold", o.memory_reuse_threshold},
-          {"memory_optimization_level", o.memory_optimization_level}};
+          {"memory_optimization_level", o.memory_optimization_level},
+          {"gemm_weights_in_place", o.gemm_weights_in_place}};
 }
 
 }  // namespace

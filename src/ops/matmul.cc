@@ -167,7 +167,9 @@ std::string openblas_unsupported(const KernelSpec& spec) {
   MatmulGeometry g = geometry_of(spec);
   if (std::max({g.m, g.n, g.k}) > INT_MAX) return "a dim exceeds OpenBLAS's 32-bit sizes";
   std::string why;
-  if (cpu::preferred_gemm_library(g, &why) != cpu::GemmLibrary::OpenBLAS &&
+  const bool weights_in_place = spec.gemm_weights_in_place && spec.constant_inputs.size() > 1 &&
+                                spec.constant_inputs[1] != nullptr;
+  if (cpu::preferred_gemm_library(g, weights_in_place, &why) != cpu::GemmLibrary::OpenBLAS &&
       onednn_unsupported(spec).empty())
     return why;
   return "";

@@ -90,6 +90,8 @@ struct KernelSpec {
   // Where a kernel shares its prepared constants with the compiled graph's other kernels; null
   // (constant folding, tests) makes each kernel prepare its own.
   PreparedConstants* prepared = nullptr;
+  // GEMM kernels read constant B as it is stored, no prepacked copy (gemm_weights_in_place).
+  bool gemm_weights_in_place = false;
 
   std::vector<int64_t> input_sizes(size_t i) const { return static_sizes(inputs.at(i).shape); }
   std::vector<int64_t> output_sizes(size_t i) const { return static_sizes(outputs.at(i).shape); }

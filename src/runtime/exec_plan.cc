@@ -189,7 +189,7 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     if (!def)
       throw_error(ErrorCode::UnsupportedOperator, "node '", node->name(), "' has unknown op '",
                   node->op(), "'");
-    KernelSpec spec{*node, {}, {}, {}, threads, prepared};
+    KernelSpec spec{*node, {}, {}, {}, threads, prepared, options.gemm_weights_in_place};
     for (const Value* in : node->inputs()) {
       spec.inputs.push_back(types.at(in));
       spec.constant_inputs.push_back(in->kind() == Value::Kind::Constant ? &in->constant()

@@ -212,6 +212,34 @@ TEST(MemoryPlan, AggressiveTriesEveryScheduleAndKeepsTheSmallestArena) {
   EXPECT_EQ(thorough.schedule, "frees_most");
 }
 
+// A linear layer's weights, read in place, leave nothing prepacked: the compiled graph holds no
+// second copy of them, and the results are the GEMM's (within matmul's bound of the reference).
+TEST(MemoryPlan, GemmWeightsInPlaceHoldNoPrepackedCopy) {
+  std::mt19937 rng(11);
+  Graph g("linear");
+  Value* x = g.add_input("x", TensorType{DType::F32, make_shape({4, 96})});
+  Value* w = g.add_constant("w", random_tensor(DType::F32, {80, 96}, rng, -1, 1));
+  Value* bias = g.add_constant("b", random_tensor(DType::F32, {80}, rng, -1, 1));
+  g.set_outputs({g.add("matmul", {x, w, bias}, {{"transpose_b", true}, {"bias", true}})});
+  Tensor input = random_tensor(DType::F32, {4, 96}, rng, -1, 1);
+  auto prepacked = CompiledGraph::compile(g, CompileOptions{.verify = true});
+  auto in_place =
+      CompiledGraph::compile(g, CompileOptions{.verify = true, .gemm_weights_in_place = true});
+  auto reference = CompiledGraph::compile(g, CompileOptions{.kernel_policy = "reference"});
+  ASSERT_NE(in_place->describe_plan({{4, 96}}).find("onednn"), std::string::npos)
+      << in_place->describe_plan({{4, 96}});
+  EXPECT_GE(prepacked->memory_stats({{4, 96}}).prepacked_bytes, 80u * 96 * sizeof(float));
+  EXPECT_EQ(in_place->memory_stats({{4, 96}}).prepacked_bytes, 0u);
+  const Tensor want = reference->run({input.view()})[0];
+  for (const auto& compiled : {prepacked, in_place}) {
+    const Tensor got = compiled->run({input.view()})[0];
+    ASSERT_EQ(got.sizes(), want.sizes());
+    // |x|, |w|, |b| <= 1 and K = 96: matmul's bound (K + 2) 2^-24 sum|a b| is below 1e-5.
+    for (int64_t i = 0; i < got.numel(); ++i)
+      EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5) << "at " << i;
+  }
+}
+
 TEST(MemoryPlan, ImpossibleArenaIsOutOfMemory) {
   // An outer product of a dynamic vector with itself: f32[B, B], never allocatable for big B.
   auto g = parse_graph(R"(graph @outer {

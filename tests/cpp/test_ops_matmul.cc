@@ -69,6 +69,13 @@ void check_kernels_against_reference(const MatmulCase& c, DType dtype = DType::F
   for (const char* name : kernels) {
     Tensor got = create_and_run("matmul", name, spec, m.inputs);
     test::expect_within_dot_bound(got, expected, magnitude, k, std::string(name) + " " + c.name());
+    if (c.b_constant) {  // memory.gemm_weights_in_place: B read as stored, not prepacked
+      KernelSpec in_place = spec;
+      in_place.gemm_weights_in_place = true;
+      Tensor read_in_place = create_and_run("matmul", name, in_place, m.inputs);
+      test::expect_within_dot_bound(read_in_place, expected, magnitude, k,
+                                    std::string(name) + " in place " + c.name());
+    }
   }
   const cpu::MatmulGeometry geometry =
       cpu::make_matmul_geometry(c.a, c.b, c.transpose_b);
@@ -270,7 +277,8 @@ TEST(OpsMatmul, SelectionFollowsTheMeasuredRule) {
     KernelSpec spec = spec_with_constants(*g.node);
     std::string why;
     cpu::GemmLibrary preferred =
-        cpu::preferred_gemm_library(cpu::make_matmul_geometry({m, 64}, {64, 32}, false), &why);
+        cpu::preferred_gemm_library(cpu::make_matmul_geometry({m, 64}, {64, 32}, false), false,
+                                    &why);
     std::string openblas_reason = test::kernel_of("matmul", "openblas").unsupported_reason(spec);
     // OpenBLAS, first in the list, steps aside with the measured reason when oneDNN is faster.
     EXPECT_EQ(openblas_reason, preferred == cpu::GemmLibrary::OpenBLAS ? "" : why) << "M=" << m;
@@ -284,8 +292,17 @@ TEST(OpsMatmul, SelectionFollowsTheMeasuredRule) {
   const cpu::MatmulGeometry decode = cpu::make_matmul_geometry({12, 1, 64}, {12, 64, 128}, false);
   if (cpu::preferred_gemm_library(cpu::make_matmul_geometry({128, 64}, {64, 32}, false)) ==
       cpu::GemmLibrary::OneDNN) {  // an AVX-512 CPU
-    EXPECT_EQ(cpu::preferred_gemm_library(decode, &why), cpu::GemmLibrary::OpenBLAS);
+    EXPECT_EQ(cpu::preferred_gemm_library(decode, false, &why), cpu::GemmLibrary::OpenBLAS);
     EXPECT_NE(why.find("M=1"), std::string::npos) << why;
+    // Constant weights [K, N] read in place go to OpenBLAS from M = 16; [N, K] stay with oneDNN.
+    const cpu::MatmulGeometry kn = cpu::make_matmul_geometry({128, 64}, {64, 32}, false);
+    const cpu::MatmulGeometry nk = cpu::make_matmul_geometry({128, 64}, {32, 64}, true);
+    EXPECT_EQ(cpu::preferred_gemm_library(kn, true, &why), cpu::GemmLibrary::OpenBLAS);
+    EXPECT_NE(why.find("in place"), std::string::npos) << why;
+    EXPECT_EQ(cpu::preferred_gemm_library(nk, true), cpu::GemmLibrary::OneDNN);
+    EXPECT_EQ(cpu::preferred_gemm_library(cpu::make_matmul_geometry({8, 64}, {64, 32}, false),
+                                          true),
+              cpu::GemmLibrary::OneDNN);
   }
   // A batch folds into M when B is shared: [8, 4, 64] x [64, 32] is one 32x32x64 GEMM.
   EXPECT_EQ(cpu::make_matmul_geometry({8, 4, 64}, {64, 32}, false).m, 32);

@@ -98,3 +98,19 @@ def test_shared_pool_across_partitions():
         torch._dynamo.reset()
         own = torch.compile(model, backend="kiln")(x)
     assert torch.equal(shared, own)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_gemm_weights_in_place(tmp_path, in_place):
+    # An exported model: the option travels in the file, and the loader plans by it.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(96, 80), torch.nn.GELU(), torch.nn.Linear(80, 8))
+    x = torch.randn(4, 96)
+    path = tmp_path / "mlp.kiln"
+    kiln.export(model.eval(), (x,), path, config={"memory.gemm_weights_in_place": in_place})
+    loaded = kiln.load(path)
+    prepacked = loaded.compiled.memory_stats([[4, 96]])["prepacked_bytes"]
+    weight_bytes = (96 * 80 + 80 * 8) * 4
+    assert prepacked == 0 if in_place else prepacked >= weight_bytes, prepacked
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-5)

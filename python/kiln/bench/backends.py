@@ -82,9 +82,9 @@ def _onnxruntime(model, example, threads, scratch) -> Run:
     return lambda inputs: torch.from_numpy(session.run(None, {"inputs": inputs.numpy()})[0])
 
 
-def _kiln(level: str):
+def _kiln(level: str, **extra):
     def prepare(model, example, threads, scratch) -> Run:
-        options = {"optimization.level": level, "execution.num_threads": threads}
+        options = {"optimization.level": level, "execution.num_threads": threads, **extra}
         return torch.compile(model, backend="kiln", options=options)
     return prepare
 
@@ -126,5 +126,7 @@ BACKENDS: dict[str, Backend] = {
     "onnxruntime": Backend(_onnxruntime, ("onnxruntime", "onnx", "onnxscript")),
     "kiln": Backend(_kiln("O3")),
     "kiln-O0": Backend(_kiln("O0")),
+    # No prepacked copy of the GEMM weights: the memory setting.
+    "kiln-weights-in-place": Backend(_kiln("O3", **{"memory.gemm_weights_in_place": True})),
     "kiln-offline": Backend(_kiln_offline),
 }

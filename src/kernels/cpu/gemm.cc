@@ -76,7 +76,8 @@ MatmulGeometry make_matmul_geometry(const std::vector<int64_t>& a_sizes,
 //  * oneDNN without AVX-512 (its gemm-based matmul): on the reference 2-vCPU AVX2 EPYC, oneDNN
 //    38-44 vs OpenBLAS 10 at 1x768x768 but 39-72 vs 134-169 at M = 128. With ONEDNN_MAX_CPU_ISA
 //    =AVX2 on the Zen 4 EPYC oneDNN is ahead below M = 16 too (1x768x3072: 63 vs 9).
-GemmLibrary preferred_gemm_library(const MatmulGeometry& g, std::string* why) {
+GemmLibrary preferred_gemm_library(const MatmulGeometry& g, bool weights_in_place,
+                                   std::string* why) {
   static const bool onednn_has_avx512 = [] {
     auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
@@ -95,6 +96,15 @@ GemmLibrary preferred_gemm_library(const MatmulGeometry& g, std::string* why) {
                   "a batch of " + std::to_string(g.batch_count()) +
                       " products with M=1: OpenBLAS's matrix-per-thread loop is faster "
                       "(12x1x64x128: 58 vs 37 GFLOP/s)");
+  // Weights [K, N] read where they lie: oneDNN's brgemm on that layout collapses for N = 3072
+  // (128x768x3072: 140 vs OpenBLAS 280 GFLOP/s; 1024x768x3072: 147 vs 326), where OpenBLAS
+  // reads either layout at full speed. [N, K] (a linear layer's) stays with oneDNN (128x768x3072:
+  // 317 vs 278).
+  if (onednn_has_avx512 && weights_in_place && !g.transpose_b && g.m >= kOpenBlasMinM)
+    return choose(GemmLibrary::OpenBLAS,
+                  "weights [K, N] read in place with M=" + std::to_string(g.m) +
+                      " >= 16: oneDNN's matmul is slow on that layout (128x768x3072: 140 vs "
+                      "280 GFLOP/s)");
   if (onednn_has_avx512)
     return choose(GemmLibrary::OneDNN,
                   "oneDNN's AVX-512 matmul is faster than OpenBLAS at every measured shape on "

@@ -37,8 +37,10 @@ MatmulGeometry make_matmul_geometry(const std::vector<int64_t>& a_sizes,
 enum class GemmLibrary { OpenBLAS, OneDNN };
 
 // Which library multiplies f32 matrices of this geometry faster on this CPU, by measurement (the
-// figures are in gemm.cc); `why` receives the measured reason for the choice.
-GemmLibrary preferred_gemm_library(const MatmulGeometry& g, std::string* why = nullptr);
+// figures are in gemm.cc); `why` receives the measured reason for the choice. `weights_in_place`:
+// B is a constant that oneDNN must read as stored instead of prepacked (gemm_weights_in_place).
+GemmLibrary preferred_gemm_library(const MatmulGeometry& g, bool weights_in_place = false,
+                                   std::string* why = nullptr);
 
 // f32 kernels for non-degenerate geometries. When B is a graph constant (spec.constant_inputs[1]),
 // a kernel may prepack it at creation.

@@ -61,7 +61,9 @@ class OneDnnMatmul final : public KernelInstance {
     } else {
       b_desc = plain_desc(with_matrix(g.b_batch, g.k, g.n), operand);
     }
-    const Tensor* b_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
+    const Tensor* b_constant = spec.constant_inputs.size() > 1 && !spec.gemm_weights_in_place
+                                   ? spec.constant_inputs[1]
+                                   : nullptr;
     dnnl::memory::desc weights_request =
         b_constant ? dnnl::memory::desc(b_desc.dims(), operand, dnnl::memory::format_tag::any)
                    : b_desc;
@@ -125,7 +127,10 @@ std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
     // oneDNN would emulate bf16, or refuse it: the f32 GEMM on widened operands instead.
     return create_widened_bf16(spec, [g](const KernelSpec& f32) {
       const bool openblas = std::max({g.m, g.n, g.k}) <= INT_MAX &&
-                            (preferred_gemm_library(g) == GemmLibrary::OpenBLAS ||
+                            (preferred_gemm_library(g, f32.gemm_weights_in_place &&
+                                                           f32.constant_inputs.size() > 1 &&
+                                                           f32.constant_inputs[1]) ==
+                                 GemmLibrary::OpenBLAS ||
                              g.batch.size() > 10);  // oneDNN's limit
       return openblas ? create_openblas_matmul(g, f32) : create_onednn_matmul(g, f32);
     });

@@ -36,7 +36,7 @@ class WidenedBf16 final : public KernelInstance {
                                            << " inputs and " << spec.outputs.size() << " outputs");
     // Each kernel widens its own constants: nothing to share with the graph's prepared ones.
     KernelSpec f32{spec.node, spec.inputs, spec.outputs, spec.constant_inputs, spec.threads,
-                   /*prepared=*/nullptr};
+                   /*prepared=*/nullptr, spec.gemm_weights_in_place};
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       if (spec.inputs[i].dtype != DType::BF16) continue;
       f32.inputs[i].dtype = DType::F32;
