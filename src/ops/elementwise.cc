@@ -613,9 +613,12 @@ void check_decimals(InferContext& ctx, DType compute) {
 }
 
 #ifdef KILN_X86
-// The vector kernels of ops without attributes.
-template <cpu::UnaryArrayFn F>
+// The vector kernels of ops without attributes; F16, where given, on CPUs with AVX-512 (the
+// same bits 16 lanes at a time).
+template <cpu::UnaryArrayFn F, cpu::UnaryArrayFn F16 = nullptr>
 ArrayFn unary_avx2(const KernelSpec&) {
+  if constexpr (F16 != nullptr)
+    if (cpu::has_avx512f()) return unary_vector(F16);
   return unary_vector(F);
 }
 template <cpu::BinaryArrayFn F>
@@ -708,7 +711,8 @@ const std::vector<OpEntry>& op_table() {
       entry<Neg, kNumeric>("neg", {}, KILN_AVX2(unary_avx2<&cpu::avx2::neg>)),
       entry<Abs, kNumeric>("abs", {}, KILN_AVX2(unary_avx2<&cpu::avx2::abs>)),
       entry<Sign, kAny>("sign"),
-      entry<Exp, kFloating>("exp", {}, KILN_AVX2(unary_avx2<&cpu::avx2::exp>)),
+      entry<Exp, kFloating>("exp", {},
+                            KILN_AVX2((unary_avx2<&cpu::avx2::exp, &cpu::avx512::exp>))),
       entry<Expm1, kFloating>("expm1"),
       entry<Log, kFloating>("log", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log>)),
       entry<Log1p, kFloating>("log1p"),
@@ -719,16 +723,22 @@ const std::vector<OpEntry>& op_table() {
                                    KILN_AVX2(unary_avx2<&cpu::avx2::reciprocal>)),
       entry<Sin, kFloating>("sin"),
       entry<Cos, kFloating>("cos"),
-      entry<Tanh, kFloating>("tanh", {}, KILN_AVX2(unary_avx2<&cpu::avx2::tanh>)),
-      entry<Sigmoid, kFloating>("sigmoid", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sigmoid>)),
-      entry<Erf, kFloating>("erf", {}, KILN_AVX2(unary_avx2<&cpu::avx2::erf>)),
-      with_variant(entry<GeluErf, kFloatOnly>("gelu", {},
-                                              KILN_AVX2(unary_avx2<&cpu::avx2::gelu_erf>)),
-                   "approximate", "none"),
-      with_variant(entry<GeluTanh, kFloatOnly>("gelu", {},
-                                               KILN_AVX2(unary_avx2<&cpu::avx2::gelu_tanh>)),
+      entry<Tanh, kFloating>("tanh", {},
+                             KILN_AVX2((unary_avx2<&cpu::avx2::tanh, &cpu::avx512::tanh>))),
+      entry<Sigmoid, kFloating>(
+          "sigmoid", {}, KILN_AVX2((unary_avx2<&cpu::avx2::sigmoid, &cpu::avx512::sigmoid>))),
+      entry<Erf, kFloating>("erf", {},
+                            KILN_AVX2((unary_avx2<&cpu::avx2::erf, &cpu::avx512::erf>))),
+      with_variant(
+          entry<GeluErf, kFloatOnly>(
+              "gelu", {}, KILN_AVX2((unary_avx2<&cpu::avx2::gelu_erf, &cpu::avx512::gelu_erf>))),
+          "approximate", "none"),
+      with_variant(entry<GeluTanh, kFloatOnly>(
+                       "gelu", {},
+                       KILN_AVX2((unary_avx2<&cpu::avx2::gelu_tanh, &cpu::avx512::gelu_tanh>))),
                    "approximate", "tanh"),
-      entry<Silu, kFloatOnly>("silu", {}, KILN_AVX2(unary_avx2<&cpu::avx2::silu>)),
+      entry<Silu, kFloatOnly>("silu", {},
+                              KILN_AVX2((unary_avx2<&cpu::avx2::silu, &cpu::avx512::silu>))),
       entry<Mish, kFloatOnly>("mish"),
       entry<Hardswish, kFloatOnly>("hardswish", {},
                                    KILN_AVX2(unary_avx2<&cpu::avx2::hardswish>)),

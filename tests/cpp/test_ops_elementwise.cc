@@ -1,6 +1,7 @@
 // Elementwise ops: type inference (broadcasting, symbolic dims, PyTorch's type promotion), the
 // reference kernels against hand-computed values, the AVX2 kernels against the reference
 // kernels, and every op through the executor.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -960,13 +961,15 @@ TEST(OpsElementwise, Avx2StreamingStoresGiveTheSameBits) {
     const float* x = a.data<float>();
     const float* y = b.data<float>();
     const auto* c = reinterpret_cast<const bool*>(cond.data());
-    const std::vector<std::pair<const char*, std::function<void(float*)>>> loops = {
+    std::vector<std::pair<const char*, std::function<void(float*)>>> loops = {
         {"relu", [&](float* out) { cpu::avx2::relu(x, out, n); }},
         {"exp", [&](float* out) { cpu::avx2::exp(x, out, n); }},
         {"add", [&](float* out) { cpu::avx2::add(x, 1, y, 1, out, n); }},
         {"mul, a broadcast", [&](float* out) { cpu::avx2::mul(x, 0, y, 1, out, n); }},
         {"where", [&](float* out) { cpu::avx2::where(c, 1, x, 1, y, 0, out, n); }},
     };
+    if (cpu::has_avx512f())
+      loops.emplace_back("exp, 16 lanes", [&](float* out) { cpu::avx512::exp(x, out, n); });
     for (const auto& [name, loop] : loops)
       for (int64_t offset = 0; offset < 8; ++offset) {
         SCOPED_TRACE(std::string(name) + " n=" + std::to_string(n) + " output offset " +
@@ -978,6 +981,54 @@ TEST(OpsElementwise, Avx2StreamingStoresGiveTheSameBits) {
         cpu::avx2::set_streaming_store_min_bytes(default_threshold);
         EXPECT_EQ(std::memcmp(cached.data(), streamed.data(), cached.size() * sizeof(float)), 0);
       }
+  }
+}
+#endif
+
+#ifdef KILN_X86
+// The 16-lane transcendental kernels give the 8-lane kernels' bits: on every 1021st f32 bit
+// pattern (every exponent, subnormals, infs, NaNs: any NaN matches any), on vectors of values
+// within [-1, 1] with one lane, or one lane in each half, from every range the fast paths bound
+// (3.74, 4, 43.5, 87, ...), and at every tail length.
+TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
+  if (!cpu::has_avx512f()) GTEST_SKIP() << "no AVX-512";
+  std::vector<float> values;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 1021)
+    values.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> within(-1, 1);
+  for (float far : {3.7f, 3.8f, 4.1f, 8.5f, 13.5f, 43.4f, 43.6f, 86.9f, 87.1f, 150.0f,
+                    -1e30f, INFINITY, NAN})
+    for (int lane = 0; lane < 16; ++lane) {
+      for (int i = 0; i < 16; ++i) values.push_back(i == lane ? far : within(rng));
+      // One in each half: the 16-lane middle paths of gelu.
+      for (int i = 0; i < 16; ++i)
+        values.push_back(i == lane % 8 || i == 8 + (lane + 3) % 8 ? far : within(rng));
+    }
+  const Tensor x = tensor_from<float>({static_cast<int64_t>(values.size())}, values);
+  using Fn = void (*)(const float*, float*, int64_t);
+  const std::vector<std::tuple<const char*, Fn, Fn>> functions = {
+      {"exp", cpu::avx2::exp, cpu::avx512::exp},
+      {"sigmoid", cpu::avx2::sigmoid, cpu::avx512::sigmoid},
+      {"silu", cpu::avx2::silu, cpu::avx512::silu},
+      {"tanh", cpu::avx2::tanh, cpu::avx512::tanh},
+      {"erf", cpu::avx2::erf, cpu::avx512::erf},
+      {"gelu_erf", cpu::avx2::gelu_erf, cpu::avx512::gelu_erf},
+      {"gelu_tanh", cpu::avx2::gelu_tanh, cpu::avx512::gelu_tanh},
+  };
+  // The last n elements of x (mixed vectors), and a sentinel past the end.
+  auto run = [&](Fn f, int64_t n) {
+    Tensor out = Tensor::empty(DType::F32, {n + 1});
+    out.data<float>()[n] = 7.0f;
+    f(x.data<float>() + x.numel() - n, out.data<float>(), n);
+    return out;
+  };
+  for (const auto& [name, eight, sixteen] : functions) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(test::same_values(run(eight, x.numel()), run(sixteen, x.numel())));
+    for (int64_t n = 0; n <= 33; ++n)
+      EXPECT_TRUE(test::same_values(run(eight, 16 * 16 + n), run(sixteen, 16 * 16 + n)))
+          << "n=" << 16 * 16 + n;
   }
 }
 #endif

@@ -87,6 +87,21 @@ void where(const bool* cond, int64_t c_step, const float* a, int64_t a_step, con
            int64_t b_step, float* out, int64_t n);
 
 }  // namespace avx2
+
+// The transcendental ones 16 lanes at a time, for CPUs with AVX-512 (call them only when
+// has_avx512f()): bit for bit the avx2 functions of the same names (vec_math_avx512.h), which
+// are compute-bound on 8 lanes.
+namespace avx512 {
+
+void exp(const float* in, float* out, int64_t n);
+void sigmoid(const float* in, float* out, int64_t n);
+void tanh(const float* in, float* out, int64_t n);
+void gelu_erf(const float* in, float* out, int64_t n);
+void gelu_tanh(const float* in, float* out, int64_t n);
+void erf(const float* in, float* out, int64_t n);
+void silu(const float* in, float* out, int64_t n);
+
+}  // namespace avx512
 #endif
 
 }  // namespace kiln::cpu

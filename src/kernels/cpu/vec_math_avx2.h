@@ -69,12 +69,13 @@ KILN_VEC ExpReduced exp_reduce(__m256 x) {
   return {r, n};
 }
 
-// e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (Cephes expf); exp_polynomial_minus_one leaves the
-// 1 out, for callers that fold it into an FMA.
+// e^r = 1 + r + r^2 P(r) for |r| <= ln2 / 2 (Cephes expf), P's coefficients kExpP;
+// exp_polynomial_minus_one leaves the 1 out, for callers that fold it into an FMA. (The tables
+// here are shared with vec_math_avx512.h.)
+inline constexpr float kExpP[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                  8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
 KILN_VEC __m256 exp_polynomial_minus_one(__m256 r) {
-  static constexpr float P[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
-                                8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
-  return _mm256_fmadd_ps(polynomial(r, P), _mm256_mul_ps(r, r), r);
+  return _mm256_fmadd_ps(polynomial(r, kExpP), _mm256_mul_ps(r, r), r);
 }
 KILN_VEC __m256 exp_polynomial(__m256 r) {
   return _mm256_add_ps(exp_polynomial_minus_one(r), splat(1.0f));
@@ -161,14 +162,14 @@ KILN_VEC __m256 sigmoid(__m256 x) {
   return ldexp(s.m, s.n);
 }
 
-// tanh on |x|, the sign restored last (keeps -0): an odd polynomial below 0.625 (Cephes tanhf),
-// 1 - 2 / (exp(2|x|) + 1) above, which saturates to 1 for large |x| as exp overflows.
+// tanh on |x|, the sign restored last (keeps -0): an odd polynomial below 0.625 (Cephes tanhf,
+// kTanhP), 1 - 2 / (exp(2|x|) + 1) above, which saturates to 1 for large |x| as exp overflows.
+inline constexpr float kTanhP[] = {-3.33332819422e-1f, 1.33314422036e-1f, -5.37397155531e-2f,
+                                   2.06390887954e-2f, -5.70498872745e-3f};
 KILN_VEC __m256 tanh(__m256 x) {
   const __m256 ax = abs(x);
   const __m256 z = _mm256_mul_ps(ax, ax);
-  static constexpr float P[] = {-3.33332819422e-1f, 1.33314422036e-1f, -5.37397155531e-2f,
-                                2.06390887954e-2f, -5.70498872745e-3f};
-  const __m256 small = _mm256_fmadd_ps(ax, _mm256_mul_ps(z, polynomial(z, P)), ax);
+  const __m256 small = _mm256_fmadd_ps(ax, _mm256_mul_ps(z, polynomial(z, kTanhP)), ax);
   const __m256 e = exp(_mm256_add_ps(ax, ax));
   const __m256 large = _mm256_sub_ps(
       splat(1.0f), _mm256_div_ps(splat(2.0f), _mm256_add_ps(e, splat(1.0f))));
@@ -231,30 +232,47 @@ KILN_VEC __m256 piecewise_degree7(const float (&C)[8][8], __m256i piece, __m256 
   return _mm256_fmadd_ps(p47, _mm256_mul_ps(v2, v2), p03);
 }
 
+// normal_cdf_minus's coefficients, [degree][piece].
+alignas(64) inline constexpr float kNormalCdfMinus[8][8] = {
+    {5.000000000e-01f, 3.085375428e-01f, 1.586552560e-01f, 6.680720299e-02f, 2.275013179e-02f, 6.209665444e-03f, 1.349898055e-03f, 2.326290851e-04f},
+    {-1.994711459e-01f, -1.760326624e-01f, -1.209853664e-01f, -6.475879997e-02f, -2.699548379e-02f, -8.764150552e-03f, -2.215924207e-03f, -4.363413609e-04f},
+    {2.157185719e-07f, 2.200379036e-02f, 3.024618886e-02f, 2.428442799e-02f, 1.349775493e-02f, 5.477584898e-03f, 1.661940943e-03f, 3.817981342e-04f},
+    {8.308549412e-03f, 5.501099862e-03f, 1.793129201e-07f, -3.372725099e-03f, -3.374430351e-03f, -1.917142305e-03f, -7.386395591e-04f, -2.045340807e-04f},
+    {1.615516339e-05f, -1.257478376e-03f, -1.258620177e-03f, -3.781742998e-04f, 2.810388105e-04f, 3.709814046e-04f, 2.077742101e-04f, 7.358339644e-05f},
+    {-3.598305339e-04f, -1.444202790e-04f, 1.243623410e-04f, 1.820725738e-04f, 7.032304711e-05f, -2.097754987e-05f, -3.464836846e-05f, -1.809185960e-05f},
+    {7.081454532e-05f, 3.912159082e-05f, 2.696711272e-05f, -1.348120350e-05f, -2.051142656e-05f, -8.332934158e-06f, 1.595430490e-06f, 2.788806114e-06f},
+    {-3.159855987e-05f, 6.017317901e-06f, -1.804403610e-06f, -8.613189948e-07f, 7.530999255e-07f, 2.430531595e-06f, 7.340395882e-07f, -1.358245214e-07f},
+};  // C[degree][piece]
 // Phi(-z) = erfc(z / sqrt 2) / 2 for z in [0, 3.75) with a relative error below 3.3 * 2^-24:
 // 8 pieces centred on k / 2 (k = round(2z), 0..7), each a degree-7 polynomial in v = 2z - k
 // (|v| <= 1/2, exact), fitted for relative error with f32 coefficients and evaluated by
 // Estrin's scheme; a permute picks each lane's coefficient from one register per degree, so no
 // exp, division or gather.
 KILN_VEC __m256 normal_cdf_minus(__m256 z) {
-  alignas(32) static constexpr float C[8][8] = {
-      {5.000000000e-01f, 3.085375428e-01f, 1.586552560e-01f, 6.680720299e-02f, 2.275013179e-02f, 6.209665444e-03f, 1.349898055e-03f, 2.326290851e-04f},
-      {-1.994711459e-01f, -1.760326624e-01f, -1.209853664e-01f, -6.475879997e-02f, -2.699548379e-02f, -8.764150552e-03f, -2.215924207e-03f, -4.363413609e-04f},
-      {2.157185719e-07f, 2.200379036e-02f, 3.024618886e-02f, 2.428442799e-02f, 1.349775493e-02f, 5.477584898e-03f, 1.661940943e-03f, 3.817981342e-04f},
-      {8.308549412e-03f, 5.501099862e-03f, 1.793129201e-07f, -3.372725099e-03f, -3.374430351e-03f, -1.917142305e-03f, -7.386395591e-04f, -2.045340807e-04f},
-      {1.615516339e-05f, -1.257478376e-03f, -1.258620177e-03f, -3.781742998e-04f, 2.810388105e-04f, 3.709814046e-04f, 2.077742101e-04f, 7.358339644e-05f},
-      {-3.598305339e-04f, -1.444202790e-04f, 1.243623410e-04f, 1.820725738e-04f, 7.032304711e-05f, -2.097754987e-05f, -3.464836846e-05f, -1.809185960e-05f},
-      {7.081454532e-05f, 3.912159082e-05f, 2.696711272e-05f, -1.348120350e-05f, -2.051142656e-05f, -8.332934158e-06f, 1.595430490e-06f, 2.788806114e-06f},
-      {-3.159855987e-05f, 6.017317901e-06f, -1.804403610e-06f, -8.613189948e-07f, 7.530999255e-07f, 2.430531595e-06f, 7.340395882e-07f, -1.358245214e-07f},
-  };  // C[degree][piece]
   // 2z + 1.5 * 2^23 rounds 2z to an integer k, which lands in the low mantissa bits: the lanes'
   // permute index (a permute reads the low 3 bits).
   const __m256 magic = splat(12582912.0f);
   const __m256 shifted = _mm256_fmadd_ps(z, splat(2.0f), magic);
   const __m256 v = _mm256_fmsub_ps(z, splat(2.0f), _mm256_sub_ps(shifted, magic));
   const __m256i piece = _mm256_castps_si256(shifted);
-  return piecewise_degree7(C, piece, v);
+  return piecewise_degree7(kNormalCdfMinus, piece, v);
 }
+
+// gelu_erf_tail_factor's tables: per slot, v's scale and offset, then [degree][slot].
+alignas(32) inline constexpr float kGeluErfTailScale[8] = {1.0f,  1.0f,  0.5f, 0.5f,
+                                                           0.25f, 0.25f, 2.0f, 2.0f};
+alignas(32) inline constexpr float kGeluErfTailOffset[8] = {-1.5f,  -2.5f,  -2.0f, -3.0f,
+                                                            -2.25f, -3.25f, 0.0f,  -1.5f};
+alignas(64) inline constexpr float kGeluErfTail[8][8] = {
+    {3.086709976e-01f, 3.533283174e-01f, 3.776425719e-01f, 3.886758983e-01f, 3.941890895e-01f, 3.966223896e-01f, 0.000000000e+00f, 2.251743525e-01f},
+    {7.037373632e-02f, 2.729644626e-02f, 1.842355169e-02f, 6.361898966e-03f, 4.080644809e-03f, 1.403276110e-03f, 2.500000000e-01f, 8.495326340e-02f},
+    {-3.749107942e-02f, -1.149306167e-02f, -1.150514372e-02f, -2.894609468e-03f, -2.598899882e-03f, -6.331371842e-04f, -9.973549098e-02f, -2.751343511e-02f},
+    {1.644178852e-02f, 4.070568830e-03f, 6.168564316e-03f, 1.146851457e-03f, 1.456475817e-03f, 2.525031159e-04f, 3.124850430e-02f, 7.179790642e-03f},
+    {-6.327510346e-03f, -1.289364183e-03f, -2.994160634e-03f, -4.146606079e-04f, -7.565570995e-04f, -9.354006761e-05f, -8.301700465e-03f, -1.618091832e-03f},
+    {2.206903184e-03f, 3.726709401e-04f, 1.357854693e-03f, 1.444467780e-04f, 3.702158865e-04f, 3.337561793e-05f, 1.924251323e-03f, 3.288486623e-04f},
+    {-7.430342375e-04f, -9.868678899e-05f, -6.377458340e-04f, -5.629327643e-05f, -1.917928166e-04f, -1.271428937e-05f, -3.703142575e-04f, -6.456546544e-05f},
+    {2.301638451e-04f, 2.960540587e-05f, 2.637599828e-04f, 1.357711699e-05f, 9.644825332e-05f, 3.920995368e-06f, 4.416792217e-05f, 7.037152955e-06f},
+};  // C[degree][slot]
 
 // S(z) = z Phi(-z) e^(z^2 / 2) = z erfcx(z / sqrt 2) / 2 for z in [0, 13] (z / 2 near 0, then
 // smooth, tending to 1 / sqrt(2 pi)) with a relative error below 0.6 * 2^-24 (fit; f32
@@ -266,25 +284,13 @@ KILN_VEC __m256 normal_cdf_minus(__m256 z) {
 // exactly for tiny z), fitted for relative error with f32 coefficients, evaluated by Estrin's
 // scheme.
 KILN_VEC __m256 gelu_erf_tail_factor(__m256 z) {
-  alignas(32) static constexpr float A[8] = {1.0f, 1.0f, 0.5f, 0.5f, 0.25f, 0.25f, 2.0f, 2.0f};
-  alignas(32) static constexpr float B[8] = {-1.5f, -2.5f, -2.0f, -3.0f, -2.25f, -3.25f, 0.0f, -1.5f};
-  alignas(32) static constexpr float C[8][8] = {
-      {3.086709976e-01f, 3.533283174e-01f, 3.776425719e-01f, 3.886758983e-01f, 3.941890895e-01f, 3.966223896e-01f, 0.000000000e+00f, 2.251743525e-01f},
-      {7.037373632e-02f, 2.729644626e-02f, 1.842355169e-02f, 6.361898966e-03f, 4.080644809e-03f, 1.403276110e-03f, 2.500000000e-01f, 8.495326340e-02f},
-      {-3.749107942e-02f, -1.149306167e-02f, -1.150514372e-02f, -2.894609468e-03f, -2.598899882e-03f, -6.331371842e-04f, -9.973549098e-02f, -2.751343511e-02f},
-      {1.644178852e-02f, 4.070568830e-03f, 6.168564316e-03f, 1.146851457e-03f, 1.456475817e-03f, 2.525031159e-04f, 3.124850430e-02f, 7.179790642e-03f},
-      {-6.327510346e-03f, -1.289364183e-03f, -2.994160634e-03f, -4.146606079e-04f, -7.565570995e-04f, -9.354006761e-05f, -8.301700465e-03f, -1.618091832e-03f},
-      {2.206903184e-03f, 3.726709401e-04f, 1.357854693e-03f, 1.444467780e-04f, 3.702158865e-04f, 3.337561793e-05f, 1.924251323e-03f, 3.288486623e-04f},
-      {-7.430342375e-04f, -9.868678899e-05f, -6.377458340e-04f, -5.629327643e-05f, -1.917928166e-04f, -1.271428937e-05f, -3.703142575e-04f, -6.456546544e-05f},
-      {2.301638451e-04f, 2.960540587e-05f, 2.637599828e-04f, 1.357711699e-05f, 9.644825332e-05f, 3.920995368e-06f, 4.416792217e-05f, 7.037152955e-06f},
-  };  // C[degree][slot]
   const __m256i piece =
       _mm256_srli_epi32(_mm256_castps_si256(_mm256_add_ps(z, splat(1.0f))), 22);
   const auto c = [&](const float* row) KILN_TARGET_AVX2 {
     return _mm256_permutevar8x32_ps(_mm256_load_ps(row), piece);
   };
-  const __m256 v = _mm256_fmadd_ps(z, c(A), c(B));
-  return piecewise_degree7(C, piece, v);
+  const __m256 v = _mm256_fmadd_ps(z, c(kGeluErfTailScale), c(kGeluErfTailOffset));
+  return piecewise_degree7(kGeluErfTail, piece, v);
 }
 
 // Three paths, by the vector's largest |x|:
@@ -317,27 +323,28 @@ KILN_VEC __m256 gelu_erf(__m256 x) {
   return _mm256_blendv_ps(_mm256_sub_ps(x, t), _mm256_or_ps(t, splat(-0.0f)), x);
 }
 
+// gelu_tanh_sigmoid_minus's coefficients, [degree][piece].
+alignas(64) inline constexpr float kGeluTanhSigmoidMinus[7][16] = {
+    {4.502623975e-01f, 3.538459539e-01f, 2.660461664e-01f, 1.909112185e-01f, 1.304668486e-01f, 8.473559469e-02f, 5.218771100e-02f, 3.040051460e-02f,
+     1.669665985e-02f, 8.612803183e-03f, 4.153870977e-03f, 1.863397541e-03f, 7.730799844e-04f, 2.948232577e-04f, 1.026961691e-04f, 3.246146662e-05f},
+    {-9.895563126e-02f, -9.293442965e-02f, -8.198168129e-02f, -6.795117259e-02f, -5.294190347e-02f, -3.878713399e-02f, -2.672341838e-02f, -1.730510406e-02f,
+     -1.051731128e-02f, -5.983923096e-03f, -3.175687511e-03f, -1.564729842e-03f, -7.118892390e-04f, -2.972487418e-04f, -1.131777753e-04f, -3.903430115e-05f},
+    {1.554585295e-03f, 4.373902921e-03f, 6.419425365e-03f, 7.431512699e-03f, 7.422710303e-03f, 6.628894713e-03f, 5.389838014e-03f, 4.031476565e-03f,
+     2.789391205e-03f, 1.789344940e-03f, 1.063594478e-03f, 5.842010141e-04f, 2.952192444e-04f, 1.364944910e-04f, 5.737818719e-05f, 2.178536670e-05f},
+    {1.019177609e-03f, 8.328791591e-04f, 5.164331524e-04f, 1.590431639e-04f, -1.512920280e-04f, -3.584481892e-04f, -4.489425628e-04f, -4.434021539e-04f,
+     -3.777205420e-04f, -2.873743360e-04f, -1.982122922e-04f, -1.246290922e-04f, -7.144103438e-05f, -3.721517351e-05f, -1.752723983e-05f, -7.418367659e-06f},
+    {-3.384589945e-05f, -6.681876403e-05f, -8.400416846e-05f, -8.912926569e-05f, -6.924321497e-05f, -3.895639384e-05f, -8.559608432e-06f, 1.064134176e-05f,
+     2.127952757e-05f, 2.334126475e-05f, 2.063617285e-05f, 1.586369763e-05f, 1.078939658e-05f, 6.526052857e-06f, 3.527585477e-06f, 1.697637799e-06f},
+    {-8.863390576e-06f, -6.484638106e-06f, -2.484115385e-06f, 2.646043413e-06f, 5.793846412e-06f, 6.334523732e-06f, 4.707563221e-06f, 2.921357691e-06f,
+     1.069468453e-06f, -1.124054378e-07f, -7.925437444e-07f, -1.036854997e-06f, -9.609585732e-07f, -7.278610497e-07f, -4.745923832e-07f, -2.694157502e-07f},
+    {2.404820225e-05f, 2.259155735e-06f, -9.845663953e-06f, 7.006807209e-06f, 8.010289093e-06f, 4.862505648e-06f, -2.057996880e-06f, -6.450688943e-07f,
+     -1.340152266e-06f, -3.219294058e-07f, 1.166504546e-07f, 4.710289403e-08f, 9.066449813e-09f, 4.667043285e-08f, 4.189501723e-08f, 2.830971724e-08f},
+};  // C[degree][piece]
 // sigmoid(-2u) with u = sqrt(2/pi) (z + 0.044715 z^3), for z in [0, 4], with a relative error
 // below 1.9 * 2^-24: 16 pieces of width 1/4, each a degree-6 polynomial in v = 4z - k - 1/2
 // (Horner; Estrin's order measured 3.3 * 2^-24), fitted for relative error with f32
 // coefficients; two permutes and a blend pick each lane's coefficient.
 KILN_VEC __m256 gelu_tanh_sigmoid_minus(__m256 z) {
-  alignas(32) static constexpr float C[7][16] = {
-      {4.502623975e-01f, 3.538459539e-01f, 2.660461664e-01f, 1.909112185e-01f, 1.304668486e-01f, 8.473559469e-02f, 5.218771100e-02f, 3.040051460e-02f,
-       1.669665985e-02f, 8.612803183e-03f, 4.153870977e-03f, 1.863397541e-03f, 7.730799844e-04f, 2.948232577e-04f, 1.026961691e-04f, 3.246146662e-05f},
-      {-9.895563126e-02f, -9.293442965e-02f, -8.198168129e-02f, -6.795117259e-02f, -5.294190347e-02f, -3.878713399e-02f, -2.672341838e-02f, -1.730510406e-02f,
-       -1.051731128e-02f, -5.983923096e-03f, -3.175687511e-03f, -1.564729842e-03f, -7.118892390e-04f, -2.972487418e-04f, -1.131777753e-04f, -3.903430115e-05f},
-      {1.554585295e-03f, 4.373902921e-03f, 6.419425365e-03f, 7.431512699e-03f, 7.422710303e-03f, 6.628894713e-03f, 5.389838014e-03f, 4.031476565e-03f,
-       2.789391205e-03f, 1.789344940e-03f, 1.063594478e-03f, 5.842010141e-04f, 2.952192444e-04f, 1.364944910e-04f, 5.737818719e-05f, 2.178536670e-05f},
-      {1.019177609e-03f, 8.328791591e-04f, 5.164331524e-04f, 1.590431639e-04f, -1.512920280e-04f, -3.584481892e-04f, -4.489425628e-04f, -4.434021539e-04f,
-       -3.777205420e-04f, -2.873743360e-04f, -1.982122922e-04f, -1.246290922e-04f, -7.144103438e-05f, -3.721517351e-05f, -1.752723983e-05f, -7.418367659e-06f},
-      {-3.384589945e-05f, -6.681876403e-05f, -8.400416846e-05f, -8.912926569e-05f, -6.924321497e-05f, -3.895639384e-05f, -8.559608432e-06f, 1.064134176e-05f,
-       2.127952757e-05f, 2.334126475e-05f, 2.063617285e-05f, 1.586369763e-05f, 1.078939658e-05f, 6.526052857e-06f, 3.527585477e-06f, 1.697637799e-06f},
-      {-8.863390576e-06f, -6.484638106e-06f, -2.484115385e-06f, 2.646043413e-06f, 5.793846412e-06f, 6.334523732e-06f, 4.707563221e-06f, 2.921357691e-06f,
-       1.069468453e-06f, -1.124054378e-07f, -7.925437444e-07f, -1.036854997e-06f, -9.609585732e-07f, -7.278610497e-07f, -4.745923832e-07f, -2.694157502e-07f},
-      {2.404820225e-05f, 2.259155735e-06f, -9.845663953e-06f, 7.006807209e-06f, 8.010289093e-06f, 4.862505648e-06f, -2.057996880e-06f, -6.450688943e-07f,
-       -1.340152266e-06f, -3.219294058e-07f, 1.166504546e-07f, 4.710289403e-08f, 9.066449813e-09f, 4.667043285e-08f, 4.189501723e-08f, 2.830971724e-08f},
-  };  // C[degree][piece]
   const __m256 t = _mm256_mul_ps(z, splat(4.0f));
   const __m256 k = _mm256_min_ps(
       splat(15.0f), _mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
@@ -345,8 +352,9 @@ KILN_VEC __m256 gelu_tanh_sigmoid_minus(__m256 z) {
   const __m256i piece = _mm256_cvtps_epi32(k);  // the permutes use its low 3 bits
   const __m256 upper = _mm256_cmp_ps(k, splat(8.0f), _CMP_GE_OQ);
   const auto c = [&](int i) KILN_TARGET_AVX2 {
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(C[i]), piece),
-                            _mm256_permutevar8x32_ps(_mm256_load_ps(C[i] + 8), piece), upper);
+    const float* row = kGeluTanhSigmoidMinus[i];
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(row), piece),
+                            _mm256_permutevar8x32_ps(_mm256_load_ps(row + 8), piece), upper);
   };
   __m256 p = c(6);
 #pragma GCC unroll 6
@@ -405,6 +413,17 @@ KILN_VEC __m256 gelu_tanh(__m256 x) {
   return ldexp(_mm256_mul_ps(x, sig.m), sig.n);
 }
 
+// erf's coefficients, [degree][k].
+alignas(64) inline constexpr float kErfPieces[8][8] = {
+    {-5.864138330e-08f, -1.116648093e-01f, 1.060415506e-01f, 1.533513702e-02f, 1.227172557e-03f, 5.331226930e-05f, 1.242514259e-06f, 1.541724970e-08f},
+    {1.549115725e-09f, -2.026765347e-01f, -1.746526808e-01f, -3.412895650e-02f, -3.470963100e-03f, -1.837198215e-04f, -5.061025149e-06f, -7.256351608e-08f},
+    {-1.228168458e-01f, -6.313182414e-02f, 1.140592396e-01f, 3.343243897e-02f, 4.533464089e-03f, 2.999562130e-04f, 9.917577700e-06f, 1.657641491e-07f},
+    {1.061038802e-06f, 3.239199519e-02f, -3.064821847e-02f, -1.811877638e-02f, -3.569721477e-03f, -3.064785851e-04f, -1.240135225e-05f, -2.462493853e-07f},
+    {1.202260144e-02f, 1.559940632e-03f, -2.413268434e-03f, 5.235825200e-03f, 1.838594326e-03f, 2.174280962e-04f, 1.102697024e-05f, 2.509378874e-07f},
+    {3.648532220e-05f, -2.980519552e-03f, 3.628755454e-03f, -2.757973562e-04f, -6.107945810e-04f, -1.120652014e-04f, -7.442616607e-06f, -2.596368631e-07f},
+    {-1.023348421e-03f, 1.678149420e-04f, -5.436814972e-04f, -3.675235494e-04f, 1.007707397e-04f, 4.276233449e-05f, 4.167291536e-06f, 4.331751668e-08f},
+    {1.118096916e-04f, 1.870732376e-04f, -1.680563000e-04f, 1.197857491e-04f, 9.477133062e-06f, -1.079979484e-05f, -1.683361688e-06f, -1.810372225e-07f},
+};  // C[degree][k]
 // erf(x), branch-free, on z = min(|x|, 4) (erf rounds to 1 from 3.92 on): 8 pieces of width 4/7,
 // k = round(1.75 z), each a degree-7 polynomial p in v = 1.75 z - k (|v| <= 1/2), fitted for
 // absolute error with f32 coefficients; a permute picks each lane's coefficient by k, so no exp,
@@ -416,16 +435,6 @@ KILN_VEC __m256 gelu_tanh(__m256 x) {
 // The sign is restored last (keeps -0); min keeps a NaN (its second operand), which the
 // polynomial passes on.
 KILN_VEC __m256 erf(__m256 x) {
-  alignas(32) static constexpr float C[8][8] = {
-      {-5.864138330e-08f, -1.116648093e-01f, 1.060415506e-01f, 1.533513702e-02f, 1.227172557e-03f, 5.331226930e-05f, 1.242514259e-06f, 1.541724970e-08f},
-      {1.549115725e-09f, -2.026765347e-01f, -1.746526808e-01f, -3.412895650e-02f, -3.470963100e-03f, -1.837198215e-04f, -5.061025149e-06f, -7.256351608e-08f},
-      {-1.228168458e-01f, -6.313182414e-02f, 1.140592396e-01f, 3.343243897e-02f, 4.533464089e-03f, 2.999562130e-04f, 9.917577700e-06f, 1.657641491e-07f},
-      {1.061038802e-06f, 3.239199519e-02f, -3.064821847e-02f, -1.811877638e-02f, -3.569721477e-03f, -3.064785851e-04f, -1.240135225e-05f, -2.462493853e-07f},
-      {1.202260144e-02f, 1.559940632e-03f, -2.413268434e-03f, 5.235825200e-03f, 1.838594326e-03f, 2.174280962e-04f, 1.102697024e-05f, 2.509378874e-07f},
-      {3.648532220e-05f, -2.980519552e-03f, 3.628755454e-03f, -2.757973562e-04f, -6.107945810e-04f, -1.120652014e-04f, -7.442616607e-06f, -2.596368631e-07f},
-      {-1.023348421e-03f, 1.678149420e-04f, -5.436814972e-04f, -3.675235494e-04f, 1.007707397e-04f, 4.276233449e-05f, 4.167291536e-06f, 4.331751668e-08f},
-      {1.118096916e-04f, 1.870732376e-04f, -1.680563000e-04f, 1.197857491e-04f, 9.477133062e-06f, -1.079979484e-05f, -1.683361688e-06f, -1.810372225e-07f},
-  };  // C[degree][k]
   const __m256 ax = abs(x);
   const __m256 magic = splat(12582912.0f);  // as in normal_cdf_minus
   const __m256 z = _mm256_min_ps(splat(4.0f), ax);
@@ -433,7 +442,7 @@ KILN_VEC __m256 erf(__m256 x) {
   const __m256 k = _mm256_sub_ps(shifted, magic);
   const __m256 v = _mm256_fmsub_ps(z, splat(1.75f), k);
   const __m256i piece = _mm256_castps_si256(shifted);
-  const __m256 p = piecewise_degree7(C, piece, v);
+  const __m256 p = piecewise_degree7(kErfPieces, piece, v);
   const __m256 small = _mm256_fmadd_ps(ax, splat(1.1283792f), _mm256_mul_ps(ax, p));
   const __m256 large = _mm256_sub_ps(splat(1.0f), p);
   const __m256 magnitude =
