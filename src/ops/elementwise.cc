@@ -24,6 +24,7 @@
 #include <functional>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
@@ -928,6 +929,13 @@ class ElementwiseKernel final : public KernelInstance {
     std::byte* y = static_cast<std::byte*>(out[0]);
 
     cpu::parallel_chunks(plan_.numel(), 1, threads_, [&](int64_t begin, int64_t end) {
+#ifdef KILN_X86
+      // The thread's chunk of y, written run by run (a row broadcast's rows): the vector loops
+      // judge by all of it whether to stream their stores (not when they write a block to
+      // convert).
+      std::optional<cpu::avx2::StreamingRegion> region;
+      if (!to_output_) region.emplace((end - begin) * static_cast<int64_t>(out_size));
+#endif
       // Per-thread blocks for converted inputs and a converted result.
       alignas(64) std::byte buffers[cpu::BroadcastPlan::kMaxInputs + 1][kBlock * 8];
       plan_.for_each_run_n(begin, end, [&](int64_t o, const int64_t* offsets, int64_t count,

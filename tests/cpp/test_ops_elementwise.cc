@@ -986,6 +986,38 @@ TEST(OpsElementwise, Avx2StreamingStoresGiveTheSameBits) {
 #endif
 
 #ifdef KILN_X86
+// A thread writing its chunk of a row broadcast row by row streams by the size of the chunk
+// (StreamingRegion), not of the row: with the threshold between the two, the rows stream, and
+// the results are the reference's, on one thread and two.
+TEST(OpsElementwise, Avx2RowBroadcastStreamsByTheThreadsChunk) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  const int64_t default_threshold = cpu::avx2::streaming_store_min_bytes();
+  cpu::avx2::set_streaming_store_min_bytes(64 * 1024);
+  EXPECT_FALSE(cpu::avx2::streams_output(4000));
+  {
+    cpu::avx2::StreamingRegion chunk(128 * 1024);
+    EXPECT_TRUE(cpu::avx2::streams_output(4000));
+    {
+      cpu::avx2::StreamingRegion small(1024);
+      EXPECT_FALSE(cpu::avx2::streams_output(4000));
+    }
+    EXPECT_TRUE(cpu::avx2::streams_output(4000));
+  }
+  EXPECT_FALSE(cpu::avx2::streams_output(4000));
+  std::mt19937 rng(19);
+  for (const auto& [a_sizes, b_sizes] : std::vector<std::pair<Sizes, Sizes>>{
+           {{64, 1000}, {1000}}, {{64, 1024}, {1024}}, {{3, 64, 17}, {64, 1}}}) {
+    SCOPED_TRACE(shape_string(a_sizes) + " + " + shape_string(b_sizes));
+    OneNode node("add", {type_of(DType::F32, a_sizes), type_of(DType::F32, b_sizes)});
+    Tensor a = test::random_tensor(DType::F32, a_sizes, rng);
+    Tensor b = test::random_tensor(DType::F32, b_sizes, rng);
+    expect_matches_reference(*node.node, {a, b}, 0);
+  }
+  cpu::avx2::set_streaming_store_min_bytes(default_threshold);
+}
+#endif
+
+#ifdef KILN_X86
 // The 16-lane transcendental kernels give the 8-lane kernels' bits: on every 1021st f32 bit
 // pattern (every exponent, subnormals, infs, NaNs: any NaN matches any), on vectors of values
 // within [-1, 1] with one lane, or one lane in each half, from every range the fast paths bound

@@ -1,6 +1,7 @@
 #include "kernels/cpu/elementwise_avx2.h"
 
 #ifdef KILN_X86
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -81,6 +82,8 @@ struct BoolOut {
   }
 };
 
+thread_local int64_t region_bytes = 0;  // the innermost StreamingRegion's
+
 std::atomic<int64_t>& streaming_threshold() {
   static std::atomic<int64_t> bytes = [] {
     const int64_t llc = last_level_cache_bytes();
@@ -113,7 +116,7 @@ concept StreamsLargeOutputs = Op::kStreams;
 template <typename Op, typename Out, typename... In>
 KILN_TARGET_AVX2 void vector_loop(const Op& op, Out out, int64_t n, In... in) {
   if constexpr (std::is_same_v<Out, FloatOut> && StreamsLargeOutputs<Op>) {
-    if (n * static_cast<int64_t>(sizeof(float)) >= streaming_store_min_bytes()) {
+    if (streams_output(n * static_cast<int64_t>(sizeof(float)))) {
       const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out.p) % 64);
       const int64_t head = std::min(n, (64 - misalignment) % 64 / 4);
       plain_loop(op, out, head, in...);
@@ -123,7 +126,7 @@ KILN_TARGET_AVX2 void vector_loop(const Op& op, Out out, int64_t n, In... in) {
         _mm256_stream_ps(out.p + i, lo);
         _mm256_stream_ps(out.p + i + 8, hi);
       }
-      _mm_sfence();  // the streamed lines reach memory in order with what follows
+      fence_streamed_stores();
       plain_loop(op, FloatOut{out.p + i}, n - i, in.advanced(i)...);
       return;
     }
@@ -345,6 +348,24 @@ int64_t streaming_store_min_bytes() {
 
 void set_streaming_store_min_bytes(int64_t bytes) {
   streaming_threshold().store(bytes, std::memory_order_relaxed);
+}
+
+bool streams_output(int64_t call_bytes) {
+  return std::max(call_bytes, region_bytes) >= streaming_store_min_bytes();
+}
+
+// The streamed lines reach memory in order with what follows.
+void fence_streamed_stores() {
+  if (region_bytes == 0) _mm_sfence();
+}
+
+StreamingRegion::StreamingRegion(int64_t bytes) : enclosing_(region_bytes) {
+  region_bytes = bytes;
+}
+
+StreamingRegion::~StreamingRegion() {
+  _mm_sfence();
+  region_bytes = enclosing_;
 }
 
 }  // namespace kiln::cpu::avx2

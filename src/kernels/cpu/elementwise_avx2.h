@@ -29,6 +29,28 @@ namespace avx2 {
 int64_t streaming_store_min_bytes();
 void set_streaming_store_min_bytes(int64_t bytes);
 
+// Whether a call writing `call_bytes` of float output streams it: when those bytes, or those
+// of the calling thread's StreamingRegion, reach streaming_store_min_bytes().
+bool streams_output(int64_t call_bytes);
+
+// After a call's streaming stores: a store fence, which orders them before what follows, except
+// inside a StreamingRegion, whose end fences once for all its calls (a fence a row cost most of
+// the gain on rows of 1024 floats).
+void fence_streamed_stores();
+
+// The calling thread writes `bytes` of one output through several calls in this scope (a row
+// broadcast's rows, a call each): streams_output judges them by the whole.
+class StreamingRegion {
+ public:
+  explicit StreamingRegion(int64_t bytes);
+  ~StreamingRegion();
+  StreamingRegion(const StreamingRegion&) = delete;
+  StreamingRegion& operator=(const StreamingRegion&) = delete;
+
+ private:
+  int64_t enclosing_;
+};
+
 void relu(const float* in, float* out, int64_t n);
 void neg(const float* in, float* out, int64_t n);
 void exp(const float* in, float* out, int64_t n);

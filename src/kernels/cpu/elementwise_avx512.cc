@@ -23,7 +23,7 @@ KILN_TARGET_AVX512 void plain_loop(const float* in, float* out, int64_t n) {
   }
 }
 
-// kStreams: outputs past avx2::streaming_store_min_bytes() are written with streaming stores
+// kStreams: outputs that avx2::streams_output() are written with streaming stores
 // (whole 64-byte lines). Measured on 960 MiB, 2 threads, share of memcpy: exp 64% -> 81%, but
 // the ops with more arithmetic a vector lost by it (gelu 58% -> 37%, sigmoid 59% -> 43%, tanh
 // 57% -> 27%), as with 8 lanes; computing 4 KiB into a staging buffer and streaming that out
@@ -31,13 +31,13 @@ KILN_TARGET_AVX512 void plain_loop(const float* in, float* out, int64_t n) {
 // 50%, tanh 53% -> 44%).
 template <__m512 (*F)(__m512), bool kStreams>
 KILN_TARGET_AVX512 void unary(const float* in, float* out, int64_t n) {
-  if (kStreams && n * static_cast<int64_t>(sizeof(float)) >= avx2::streaming_store_min_bytes()) {
+  if (kStreams && avx2::streams_output(n * static_cast<int64_t>(sizeof(float)))) {
     const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % 64);
     const int64_t head = std::min(n, (64 - misalignment) % 64 / 4);
     plain_loop<F>(in, out, head);
     int64_t i = head;
     for (; i + 16 <= n; i += 16) _mm512_stream_ps(out + i, F(_mm512_loadu_ps(in + i)));
-    _mm_sfence();
+    avx2::fence_streamed_stores();
     plain_loop<F>(in + i, out + i, n - i);
     return;
   }
