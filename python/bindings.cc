@@ -10,6 +10,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -431,12 +432,16 @@ void run_into(const CompiledGraph& compiled, const std::vector<nb::handle>& inpu
 // changed. Per-call overhead is the point (docs/benchmarks.md).
 class TorchCall {
  public:
-  TorchCall(nb::object compiled, std::vector<size_t> inputs, std::vector<size_t> frozen_positions,
-            nb::list frozen, nb::object refreeze, bool single_output)
+  // A frozen position of nullopt is a weight the caller doesn't pass (dynamo's
+  // install_free_tensors keeps parameters out of the call): only its version is checked.
+  TorchCall(nb::object compiled, std::vector<size_t> inputs,
+            std::vector<std::optional<size_t>> frozen_positions, nb::list frozen,
+            nb::object refreeze, bool single_output)
       : inputs_(std::move(inputs)), frozen_positions_(std::move(frozen_positions)),
         refreeze_(std::move(refreeze)), single_output_(single_output) {
     for (size_t p : inputs_) arity_ = std::max(arity_, p + 1);
-    for (size_t p : frozen_positions_) arity_ = std::max(arity_, p + 1);
+    for (std::optional<size_t> p : frozen_positions_)
+      if (p) arity_ = std::max(arity_, *p + 1);
     reset(std::move(compiled), frozen);
   }
 
@@ -459,11 +464,14 @@ class TorchCall {
                   " argument(s), got ", args.size());
     // A frozen weight changed in place (its version counter moved) or replaced: the partition
     // is rebuilt on the new weights before it runs, never run on stale ones.
+    auto frozen_arg = [&](size_t i) -> nb::handle {
+      return frozen_positions_[i] ? args[*frozen_positions_[i]] : frozen_[i].tensor;
+    };
     for (size_t i = 0; i < frozen_.size(); ++i) {
-      nb::handle arg = args[frozen_positions_[i]];
+      nb::handle arg = frozen_arg(i);
       if (!arg.is(frozen_[i].tensor) || version(arg) != frozen_[i].version) {
         nb::list tensors;
-        for (size_t p : frozen_positions_) tensors.append(args[p]);
+        for (size_t k = 0; k < frozen_.size(); ++k) tensors.append(frozen_arg(k));
         refreeze_(tensors);  // calls reset()
         break;
       }
@@ -533,7 +541,8 @@ class TorchCall {
     return nb::cast<int64_t>(nb::steal(version));
   }
 
-  std::vector<size_t> inputs_, frozen_positions_;
+  std::vector<size_t> inputs_;
+  std::vector<std::optional<size_t>> frozen_positions_;
   size_t arity_ = 0;
   nb::object compiled_, refreeze_;
   std::vector<Frozen> frozen_;
@@ -898,14 +907,15 @@ NB_MODULE(_C, m) {
                         "A Kiln partition as torch.compile calls it: call(*args) re-checks the "
                         "frozen weights, runs on the arguments at `inputs` and returns torch "
                         "tensors (the lone output with single_output, else a tuple).")
-      .def(nb::init<nb::object, std::vector<size_t>, std::vector<size_t>, nb::list, nb::object,
-                    bool>(),
+      .def(nb::init<nb::object, std::vector<size_t>, std::vector<std::optional<size_t>>,
+                    nb::list, nb::object, bool>(),
            "compiled"_a, "inputs"_a, "frozen_positions"_a, "frozen"_a, "refreeze"_a,
            "single_output"_a,
            "compiled: a CompiledGraph; inputs: the argument positions of its inputs; frozen: "
-           "the tensors frozen into it, at argument positions frozen_positions; refreeze: "
-           "called with the arguments at frozen_positions (a list) when one of them is not the "
-           "frozen tensor or its version counter moved, and must call reset().")
+           "the tensors frozen into it, at argument positions frozen_positions (None: not an "
+           "argument, the frozen tensor itself is checked); refreeze: called with the tensors "
+           "at frozen_positions (a list) when one of them is not the frozen tensor or its "
+           "version counter moved, and must call reset().")
       .def("reset", &TorchCall::reset, "compiled"_a, "frozen"_a,
            "Replaces the compiled graph and the frozen tensors (in frozen_positions' order).")
       .def("__call__", &TorchCall::call);

@@ -89,8 +89,9 @@ class KilnSubgraph(torch.nn.Module):
 
     def torch_call(self, positions: list[int], single_output: bool):
         """A _C.TorchCall running this partition on a caller's arguments, where `positions[i]`
-        is the caller's position of this module's argument i: the module's own forward, or
-        dynamo calling the partition directly when it is the whole graph."""
+        is the caller's position of this module's argument i (None for a frozen weight the
+        caller doesn't pass): the module's own forward, or dynamo calling the partition
+        directly when it is the whole graph."""
         call = _C.TorchCall(self.compiled, [positions[i] for i in self.input_positions],
                             [positions[p] for p, _, _ in self.frozen],
                             [t for _, t, _ in self.frozen], self._refreeze, single_output)
@@ -461,10 +462,11 @@ def _plain_inference(example_inputs: list) -> bool:
             and not any(is_traceable_wrapper_subclass(t) for t in example_inputs))
 
 
-def _direct_call(fused: fx.GraphModule) -> Callable | None:
+def _direct_call(fused: fx.GraphModule, lifted: int) -> Callable | None:
     """When the whole graph is one Kiln partition on the graph's own arguments, its
     _C.TorchCall reading those arguments (outputs as a tuple, as dynamo expects): no FX module
-    and no submodule call around it. None otherwise."""
+    and no submodule call around it. None otherwise. The first `lifted` placeholders are
+    weights AOTAutograd lifted off the graph module, which dynamo's call doesn't pass."""
     placeholders: dict[fx.Node, int] = {}
     call = output = None
     getitems: dict[fx.Node, int] = {}
@@ -490,7 +492,9 @@ def _direct_call(fused: fx.GraphModule) -> Callable | None:
                 [by_index.get(i) for i in range(module.output_count)])
     if list(output) != expected:
         return None
-    return module.torch_call([placeholders[a] for a in call.args], single_output=False)
+    positions = [placeholders[a] - lifted if placeholders[a] >= lifted else None
+                 for a in call.args]
+    return module.torch_call(positions, single_output=False)
 
 
 _MODES = ("default", "reduce-overhead", "max-autotune")
@@ -516,6 +520,12 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
     constants = {i: t for i, t in enumerate(example_inputs)
                  if isinstance(t, torch.Tensor)
                  and getattr(t, "_dynamo_static_input_type", None) is not None}
+    # Those that dynamo keeps on the graph module instead (install_free_tensors) are frozen
+    # too: AOTAutograd lifts them, in this order, ahead of the graph's own inputs.
+    lifted = [*dict(gm.named_parameters(remove_duplicate=False)).values(),
+              *dict(gm.named_buffers(remove_duplicate=False)).values()]
+    aten_constants = {**dict(enumerate(lifted)),
+                      **{len(lifted) + i: t for i, t in constants.items()}}
     # Dynamo decides which dims are symbolic while tracing, before calling any backend, and
     # torch.compile hands a backend no way to ask first: a graph traced static can't honour
     # dynamic_shape.enable, so it is refused rather than compiled static.
@@ -533,10 +543,10 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
         _upsample.route_interpolate(gm)
 
     def inference_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
-        if len(aten_inputs) != len(example_inputs):
+        if len(aten_inputs) != len(lifted) + len(example_inputs):
             raise error("E50001", "AOTAutograd changed the graph's inputs (input mutation or "
                         "aliasing); Kiln compiles inference graphs without them")
-        return compile_aten_graph(aten_gm, constants, config, _report, dynamic)
+        return compile_aten_graph(aten_gm, aten_constants, config, _report, dynamic)
 
     # Where AOTAutograd's runtime wrapper would only call the graph, and the graph is a single
     # Kiln partition, dynamo calls the partition directly: the wrapper and the FX module cost
@@ -546,7 +556,8 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
 
     def direct_compiler(aten_gm: fx.GraphModule, aten_inputs: list):
         fused = inference_compiler(aten_gm, aten_inputs)
-        call = _direct_call(fused) if _plain_inference(example_inputs) else None
+        call = (_direct_call(fused, len(lifted)) if _plain_inference(example_inputs)
+                else None)
         if call is not None:
             direct.append(call)
         return fused
