@@ -945,8 +945,9 @@ TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
 }
 
 // Outputs past the streaming threshold (lowered here to 64 bytes) are written with streaming
-// stores from their first 32-byte aligned element on: the same bits as the cached stores, at every
-// alignment of the output, for unary, binary (broadcast too) and where loops.
+// stores from their first 64-byte aligned element on, their inputs prefetched ahead: the same
+// bits as the cached stores, at every alignment of the output, for unary (8 and 16 lanes),
+// binary (broadcast too) and where loops.
 #ifdef KILN_X86
 TEST(OpsElementwise, Avx2StreamingStoresGiveTheSameBits) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
@@ -964,12 +965,20 @@ TEST(OpsElementwise, Avx2StreamingStoresGiveTheSameBits) {
     std::vector<std::pair<const char*, std::function<void(float*)>>> loops = {
         {"relu", [&](float* out) { cpu::avx2::relu(x, out, n); }},
         {"exp", [&](float* out) { cpu::avx2::exp(x, out, n); }},
+        {"gelu (tanh)", [&](float* out) { cpu::avx2::gelu_tanh(x, out, n); }},
         {"add", [&](float* out) { cpu::avx2::add(x, 1, y, 1, out, n); }},
+        {"div", [&](float* out) { cpu::avx2::div(x, 1, y, 1, out, n); }},
         {"mul, a broadcast", [&](float* out) { cpu::avx2::mul(x, 0, y, 1, out, n); }},
         {"where", [&](float* out) { cpu::avx2::where(c, 1, x, 1, y, 0, out, n); }},
     };
     if (cpu::has_avx512f())
-      loops.emplace_back("exp, 16 lanes", [&](float* out) { cpu::avx512::exp(x, out, n); });
+      for (const auto& [name, fn] : std::vector<std::pair<const char*, cpu::UnaryArrayFn>>{
+               {"exp, 16 lanes", cpu::avx512::exp}, {"sigmoid, 16 lanes", cpu::avx512::sigmoid},
+               {"tanh, 16 lanes", cpu::avx512::tanh}, {"erf, 16 lanes", cpu::avx512::erf},
+               {"gelu (erf), 16 lanes", cpu::avx512::gelu_erf},
+               {"gelu (tanh), 16 lanes", cpu::avx512::gelu_tanh},
+               {"silu, 16 lanes", cpu::avx512::silu}})
+        loops.emplace_back(name, [&, fn = fn](float* out) { fn(x, out, n); });
     for (const auto& [name, loop] : loops)
       for (int64_t offset = 0; offset < 8; ++offset) {
         SCOPED_TRACE(std::string(name) + " n=" + std::to_string(n) + " output offset " +

@@ -23,20 +23,20 @@ KILN_TARGET_AVX512 void plain_loop(const float* in, float* out, int64_t n) {
   }
 }
 
-// kStreams: outputs that avx2::streams_output() are written with streaming stores
-// (whole 64-byte lines). Measured on 960 MiB, 2 threads, share of memcpy: exp 64% -> 81%, but
-// the ops with more arithmetic a vector lost by it (gelu 58% -> 37%, sigmoid 59% -> 43%, tanh
-// 57% -> 27%), as with 8 lanes; computing 4 KiB into a staging buffer and streaming that out
-// gained little for gelu and erf (56% -> 64%) and lost for the ops that divide (sigmoid 57% ->
-// 50%, tanh 53% -> 44%).
-template <__m512 (*F)(__m512), bool kStreams>
+// Outputs that avx2::streams_output() are written with streaming stores (whole 64-byte lines),
+// the input prefetched ahead as in the 8-lane loop (elementwise_avx2.h).
+template <__m512 (*F)(__m512)>
 KILN_TARGET_AVX512 void unary(const float* in, float* out, int64_t n) {
-  if (kStreams && avx2::streams_output(n * static_cast<int64_t>(sizeof(float)))) {
+  if (avx2::streams_output(n * static_cast<int64_t>(sizeof(float)))) {
     const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % 64);
     const int64_t head = std::min(n, (64 - misalignment) % 64 / 4);
     plain_loop<F>(in, out, head);
     int64_t i = head;
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(out + i, F(_mm512_loadu_ps(in + i)));
+    for (; i + 16 <= n; i += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(in + i + avx2::kStreamingPrefetchFloats),
+                   _MM_HINT_T0);
+      _mm512_stream_ps(out + i, F(_mm512_loadu_ps(in + i)));
+    }
     avx2::fence_streamed_stores();
     plain_loop<F>(in + i, out + i, n - i);
     return;
@@ -46,17 +46,17 @@ KILN_TARGET_AVX512 void unary(const float* in, float* out, int64_t n) {
 
 }  // namespace
 
-#define KILN_UNARY16(name, streams)                                   \
+#define KILN_UNARY16(name)                                   \
   KILN_TARGET_AVX512 void name(const float* in, float* out, int64_t n) { \
-    unary<&name, streams>(in, out, n);                                  \
+    unary<&name>(in, out, n);                                  \
   }
-KILN_UNARY16(exp, true)
-KILN_UNARY16(sigmoid, false)
-KILN_UNARY16(tanh, false)
-KILN_UNARY16(gelu_erf, false)
-KILN_UNARY16(gelu_tanh, false)
-KILN_UNARY16(erf, false)
-KILN_UNARY16(silu, false)
+KILN_UNARY16(exp)
+KILN_UNARY16(sigmoid)
+KILN_UNARY16(tanh)
+KILN_UNARY16(gelu_erf)
+KILN_UNARY16(gelu_tanh)
+KILN_UNARY16(erf)
+KILN_UNARY16(silu)
 #undef KILN_UNARY16
 
 }  // namespace kiln::cpu::avx512
