@@ -3,15 +3,19 @@
 //   softmax(x; axis = -1)                                 axis may be negative
 //   layer_norm(x, [weight, [bias]]; normalized_ndim = 1, eps = 1e-5)
 //     normalizes over the last normalized_ndim dims; weight and bias, when given, have exactly
-//     those dims (PyTorch's elementwise_affine; weight alone is bias=False).
+//     those dims (PyTorch's elementwise_affine; weight alone is bias=False). A bf16 layer_norm
+//     (made by fold_bf16_casts_into_layer_norm; the builder computes bf16 in f32 between casts)
+//     gives the f32 result rounded to bf16: the same bits as those casts.
 //
 // Reference kernels compute in double for f32 (the yardstick for the AVX2 kernels).
 #include <cmath>
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/float16.h"
 #include "kernels/cpu/normalization_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/op_registry.h"
@@ -137,7 +141,7 @@ Extents layer_norm_extents(const KernelSpec& spec) {
 
 void infer_layer_norm(InferContext& ctx) {
   const TensorType& x = ctx.input(0);
-  check_floating(ctx, x.dtype);
+  if (x.dtype != DType::BF16) check_floating(ctx, x.dtype);
   const int64_t rank = static_cast<int64_t>(x.rank());
   const int64_t k = ctx.attr_int("normalized_ndim");
   ctx.check(k >= 1 && k <= rank, "normalized_ndim is " + std::to_string(k) +
@@ -202,16 +206,53 @@ std::unique_ptr<KernelInstance> layer_norm_reference(const KernelSpec& spec) {
   });
 }
 
+// bf16 as the builder's casts compute it: each row widened, normalized in f32 (the f32
+// reference), each result rounded to bf16.
+std::unique_ptr<KernelInstance> layer_norm_reference_bf16(const KernelSpec& spec) {
+  return layer_norm_kernel(spec, [](const void* x, const void* w, const void* b, void* y,
+                                    Extents e, double eps, int threads) {
+    using cpu::BFloat16;
+    auto widen = [n = e.n](const void* p, int64_t offset, std::vector<float>& out) {
+      out.resize(static_cast<size_t>(n));
+      if (!p) return static_cast<const float*>(nullptr);
+      for (int64_t i = 0; i < n; ++i)
+        out[static_cast<size_t>(i)] = cpu::to_float(static_cast<const BFloat16*>(p)[offset + i]);
+      return static_cast<const float*>(out.data());
+    };
+    cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+      std::vector<float> row, weight, bias, result(static_cast<size_t>(e.n));
+      const float* w32 = widen(w, 0, weight);
+      const float* b32 = widen(b, 0, bias);
+      for (int64_t r = begin; r < end; ++r) {
+        layer_norm_reference_row(widen(x, r * e.n, row), w32, b32, result.data(), e.n, eps);
+        for (int64_t i = 0; i < e.n; ++i)
+          static_cast<BFloat16*>(y)[r * e.n + i] = cpu::to_bfloat16(result[static_cast<size_t>(i)]);
+      }
+    });
+  });
+}
+
 #ifdef KILN_X86
-std::unique_ptr<KernelInstance> layer_norm_avx2(const KernelSpec& spec) {
+template <typename T>
+std::unique_ptr<KernelInstance> layer_norm_avx2_of(const KernelSpec& spec) {
   return layer_norm_kernel(spec, [](const void* x, const void* w, const void* b, void* y,
                                     Extents e, double eps, int threads) {
     cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
-      cpu::avx2::layer_norm(static_cast<const float*>(x) + begin * e.n,
-                            static_cast<const float*>(w), static_cast<const float*>(b),
-                            static_cast<float*>(y) + begin * e.n, end - begin, e.n, eps);
+      cpu::avx2::layer_norm(static_cast<const T*>(x) + begin * e.n, static_cast<const T*>(w),
+                            static_cast<const T*>(b), static_cast<T*>(y) + begin * e.n,
+                            end - begin, e.n, eps);
     });
   });
+}
+
+std::unique_ptr<KernelInstance> layer_norm_avx2(const KernelSpec& spec) {
+  return spec.inputs[0].dtype == DType::BF16 ? layer_norm_avx2_of<cpu::BFloat16>(spec)
+                                             : layer_norm_avx2_of<float>(spec);
+}
+
+std::string layer_norm_avx2_unsupported_reason(const KernelSpec& spec) {
+  return cpu::avx2_f32_unsupported_reason(
+      spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype);
 }
 #endif
 
@@ -250,10 +291,18 @@ void register_normalization_ops(OpRegistry& registry) {
   layer_norm.computes_low_precision_in_f32 = true;
   layer_norm.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
-  layer_norm.kernels.push_back({"avx2", "native", avx2_unsupported_reason, layer_norm_avx2});
+  layer_norm.kernels.push_back(
+      {"avx2", "native", layer_norm_avx2_unsupported_reason, layer_norm_avx2});
 #endif
-  layer_norm.kernels.push_back(reference_kernel(
-      [](auto t, const KernelSpec& spec) { return layer_norm_reference<decltype(t)>(spec); }));
+  layer_norm.kernels.push_back(KernelDef{
+      "reference", "native", [](const KernelSpec&) { return std::string(); },
+      [](const KernelSpec& spec) {
+        switch (spec.inputs[0].dtype) {
+          case DType::F32: return layer_norm_reference<float>(spec);
+          case DType::BF16: return layer_norm_reference_bf16(spec);
+          default: return layer_norm_reference<double>(spec);
+        }
+      }});
   for (KernelDef& k : layer_norm.kernels) k.in_place_inputs = {0};  // stats, then y[i] from x[i]
   registry.add(std::move(layer_norm));
 }

@@ -11,6 +11,7 @@ PassPipeline default_pipeline() {
   p.begin_fixed_point("simplify");
   p.add(make_fold_bf16_casts_into_matmul());  // before folding would widen bf16 weights
   p.add(make_fold_bf16_casts_into_conv());
+  p.add(make_fold_bf16_casts_into_layer_norm());
   p.add(make_fold_transpose_into_matmul());  // before folding would copy transposed weights
   p.add(make_constant_folding());
   p.add(make_algebraic_simplification());

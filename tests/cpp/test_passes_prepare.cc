@@ -158,6 +158,44 @@ graph @g {
 })");
 }
 
+// A bf16 model's layer norms likewise read and write bf16 themselves (on every CPU), with one,
+// two or three operands, when the f32 result is only rounded back; one whose f32 result has
+// another use keeps its casts.
+TEST(FoldBf16CastsIntoLayerNorm, LayerNormsBetweenCastsReadAndWriteBf16) {
+  auto pass = make_fold_bf16_casts_into_layer_norm();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : bf16[2, 3]
+  const %w : bf16[3] = [1, 2, 3]
+  const %b : bf16[3] = [0.5, -0.25, 1]
+  %x32 = to(%x) {dtype = "f32"}
+  %w32 = to(%w) {dtype = "f32"}
+  %b32 = to(%b) {dtype = "f32"}
+  %y = layer_norm(%x32, %w32, %b32) {eps = 1e-06}
+  %y16 = to(%y) {dtype = "bf16"}
+  %u = layer_norm(%x32, %w32)
+  %u16 = to(%u) {dtype = "bf16"}
+  %v = layer_norm(%x32)
+  %v16 = to(%v) {dtype = "bf16"}
+  %t = layer_norm(%x32)
+  %t16 = to(%t) {dtype = "bf16"}
+  output %y16, %u16, %v16, %t16, %t
+})",
+                 R"(
+graph @g {
+  input %x : bf16[2, 3]
+  const %w : bf16[3] = [1, 2, 3]
+  const %b : bf16[3] = [0.5, -0.25, 1]
+  %x32 : f32[2, 3] = to(%x) {dtype = "f32"}
+  %t : f32[2, 3] = layer_norm(%x32)
+  %t16 : bf16[2, 3] = to(%t) {dtype = "bf16"}
+  %y16_1 : bf16[2, 3] = layer_norm(%x, %w, %b) {eps = 1e-06}
+  %u16_1 : bf16[2, 3] = layer_norm(%x, %w)
+  %v16_1 : bf16[2, 3] = layer_norm(%x)
+  output %y16_1, %u16_1, %v16_1, %t16, %t
+})");
+}
+
 TEST(ConstantFolding, FoldsSubgraphsThatDependOnlyOnWeights) {
   auto pass = make_constant_folding();
   // permute(w) and b + b depend on weights only; the matmul and the final add read %x.

@@ -3,6 +3,7 @@
 // instructions (tested on every f16 value and a dense sample of f32 ones).
 #include "kernels/cpu/cast.h"
 
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/float16.h"
 #include "kiln/error.h"
@@ -44,28 +45,11 @@ KILN_TARGET_AVX2_F16C void f16_to_f32(const void* in, void* out, int64_t n) {
   for (; i < n; ++i) y[i] = to_float(x[i]);
 }
 
-// PyTorch's round_to_nearest_even on 8 lanes: add 0x7FFF plus the kept part's lowest bit, keep
-// the top 16 bits; NaN becomes 0x7FC0.
 KILN_TARGET_AVX2 void f32_to_bf16(const void* in, void* out, int64_t n) {
   const float* x = static_cast<const float*>(in);
   BFloat16* y = static_cast<BFloat16*>(out);
-  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
-  const __m256i nan = _mm256_set1_epi32(0x7FC0);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256i bits = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
-    __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(bias, lsb)), 16);
-    rounded = _mm256_blendv_epi8(rounded, nan,
-                                 _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-    // Each lane holds <= 0xFFFF, so the saturating pack is exact; it packs within 128-bit
-    // halves, and the permute brings the two halves' results together.
-    const __m256i packed = _mm256_permute4x64_epi64(
-        _mm256_packus_epi32(rounded, _mm256_setzero_si256()), 0b1000);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_castsi256_si128(packed));
-  }
+  for (; i + 8 <= n; i += 8) avx2::store_bf16(y + i, _mm256_loadu_ps(x + i));
   for (; i < n; ++i) y[i] = to_bfloat16(x[i]);
 }
 
@@ -73,11 +57,7 @@ KILN_TARGET_AVX2 void bf16_to_f32(const void* in, void* out, int64_t n) {
   const BFloat16* x = static_cast<const BFloat16*>(in);
   float* y = static_cast<float*>(out);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i wide =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_slli_epi32(wide, 16));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, avx2::load_bf16(x + i));
   for (; i < n; ++i) y[i] = to_float(x[i]);
 }
 #endif

@@ -2,7 +2,9 @@
 
 #ifdef KILN_X86
 #include <cmath>
+#include <vector>
 
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::cpu::avx2 {
@@ -212,6 +214,45 @@ KILN_TARGET_AVX2 void layer_norm(const float* x, const float* weight, const floa
   else if (weight) each_row(layer_norm_row<true, false>);
   else if (bias) each_row(layer_norm_row<false, true>);
   else each_row(layer_norm_row<false, false>);
+}
+
+namespace {
+
+// Widens n bf16 values into `out` (exact).
+KILN_TARGET_AVX2 void widen_row(const BFloat16* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_bf16(x + i));
+  if (i < n) _mm256_maskstore_ps(out + i, tail_mask(n - i), load_bf16_tail(x + i, n - i));
+}
+
+KILN_TARGET_AVX2 void narrow_row(const float* x, BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store_bf16(out + i, _mm256_loadu_ps(x + i));
+  if (i < n) store_bf16_tail(out + i, n - i, _mm256_maskload_ps(x + i, tail_mask(n - i)));
+}
+
+}  // namespace
+
+// Each row widened into an f32 buffer, normalized there by the f32 kernel and rounded back: the
+// f32 kernel's bits between casts, with the row in L1 instead of a cast kernel's pass over the
+// tensor each way. Widening in the row's three passes instead cost 1.6x the f32 kernel's time
+// ([197, 768], 2 threads: 71 against 44 us).
+KILN_TARGET_AVX2 void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias,
+                                 BFloat16* y, int64_t rows, int64_t n, double eps) {
+  std::vector<float> row(static_cast<size_t>(n)), wide_weight, wide_bias;
+  auto widened = [n](const BFloat16* p, std::vector<float>& out) -> const float* {
+    if (!p) return nullptr;
+    out.resize(static_cast<size_t>(n));
+    widen_row(p, out.data(), n);
+    return out.data();
+  };
+  const float* w = widened(weight, wide_weight);
+  const float* b = widened(bias, wide_bias);
+  for (int64_t r = 0; r < rows; ++r) {
+    widen_row(x + r * n, row.data(), n);
+    layer_norm(row.data(), w, b, row.data(), 1, n, eps);
+    narrow_row(row.data(), y + r * n, n);
+  }
 }
 
 KILN_TARGET_AVX2 void rms_norm(const float* x, const float* weight, float* y, int64_t rows,

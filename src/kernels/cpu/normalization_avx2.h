@@ -1,4 +1,4 @@
-// AVX2+FMA kernels for f32 softmax, layer norm and RMS norm (x86 only; call them only when
+// AVX2+FMA kernels for f32 softmax, layer norm (f32 and bf16) and RMS norm (x86 only; call them only when
 // has_avx2_fma()). Sums run in double, so the results stay within a few ULP of the reference
 // kernels however long the rows are.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/float16.h"
 
 namespace kiln::cpu {
 
@@ -19,9 +20,12 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t n);
 void softmax_columns(const float* x, float* y, int64_t n, int64_t stride, int64_t count);
 
 // Layer norm of `rows` rows of n elements: y = (x - mean) / sqrt(var + eps) * weight + bias, the
-// weight and bias (n elements each) optional (null).
+// weight and bias (n elements each) optional (null). In bf16 the result is the f32 one rounded
+// to bf16, the bits of the f32 kernel between casts.
 void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
                 int64_t n, double eps);
+void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias, BFloat16* y,
+                int64_t rows, int64_t n, double eps);
 
 // RMS norm of `rows` rows of n elements: y = x / sqrt(mean(x²) + eps) * weight, the weight (n
 // elements) optional (null). One pass for the sum of squares, one to scale.
