@@ -242,16 +242,10 @@ template <typename T>
 void max_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) {
   for_each_output(g, x, y, g.kh * g.kw, threads, [&](const T* plane, int64_t oy, int64_t ox) {
     T best = lowest<T>();
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
-        if (ix < 0 || ix >= g.w) continue;
-        const T v = plane[iy * g.w + ix];
-        if (v > best || is_nan(v)) best = v;  // as PyTorch: a NaN wins, and so does a later one
-      }
-    }
+    cpu::for_each_window_element(g, oy, ox, [&](int64_t pixel) {
+      const T v = plane[pixel];
+      if (v > best || is_nan(v)) best = v;  // as PyTorch: a NaN wins, and so does a later one
+    });
     return best;
   });
 }
@@ -466,7 +460,8 @@ class PoolAvx2 final : public KernelInstance {
       cpu::parallel_chunks(v.outer * g_.oh, g_.ow * v.block * g_.kh * g_.kw, threads_,
                            [&](int64_t begin, int64_t end) {
         if (max_)
-          cpu::avx2::max_pool_channels_inner(g_, x, y, begin, end);
+          (cpu::has_avx512f() ? cpu::avx512::max_pool_channels_inner
+                              : cpu::avx2::max_pool_channels_inner)(g_, x, y, begin, end);
         else
           cpu::avx2::avg_pool_channels_inner(g_, x, y, begin, end, row_divisors_.data(),
                                              column_divisors_.data());

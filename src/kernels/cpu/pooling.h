@@ -28,6 +28,23 @@ struct Pool2dGeometry {
   int64_t reach_bottom = 0, reach_right = 0;
 };
 
+// Calls element(iy * w + ix) for each element of window (oy, ox) inside x, in row-major order
+// (the order ties and NaNs resolve in). Always inlined, so that a vector kernel's element
+// callback inlines too.
+template <typename Element>
+__attribute__((always_inline)) inline void for_each_window_element(const Pool2dGeometry& g,
+                                                                  int64_t oy, int64_t ox,
+                                                                  Element element) {
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
+      if (ix >= 0 && ix < g.w) element(iy * g.w + ix);
+    }
+  }
+}
+
 // A channels-inner layout (nhwc, nChw8c, nChw16c) viewed as [outer, H, W, block]: nhwc has
 // outer N and block C, the blocked layouts outer N·C/b and block b.
 struct ChannelsInner {
@@ -76,6 +93,13 @@ void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, 
 void avg_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                              int64_t end, const float* row_divisors, const float* column_divisors);
 }  // namespace avx2
+
+namespace avx512 {
+// avx2::max_pool_channels_inner 16 channels at a time, with the same results. Call only when
+// has_avx512f().
+void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
+                             int64_t end);
+}  // namespace avx512
 #endif
 
 }  // namespace kiln::cpu

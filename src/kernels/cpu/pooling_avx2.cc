@@ -162,15 +162,9 @@ KILN_TARGET_AVX2 void pool_channels_inner(const Pool2dGeometry& g, const float* 
       for (int64_t c = 0; c < v.block; c += 8) {
         const __m256i mask = tail_mask(std::min<int64_t>(8, v.block - c));
         typename R::Vector r;
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
-            if (ix >= 0 && ix < g.w)
-              r.add(_mm256_maskload_ps(image + (iy * g.w + ix) * v.block + c, mask));
-          }
-        }
+        for_each_window_element(g, oy, ox, [&](int64_t pixel) KILN_TARGET_AVX2 {
+          r.add(_mm256_maskload_ps(image + pixel * v.block + c, mask));
+        });
         _mm256_maskstore_ps(y_row + ox * v.block + c, mask, finish(r.result(), oy, ox));
       }
     }
