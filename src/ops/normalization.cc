@@ -4,17 +4,18 @@
 //   layer_norm(x, [weight, [bias]]; normalized_ndim = 1, eps = 1e-5)
 //     normalizes over the last normalized_ndim dims; weight and bias, when given, have exactly
 //     those dims (PyTorch's elementwise_affine; weight alone is bias=False). A bf16 layer_norm
-//     (made by fold_bf16_casts_into_layer_norm; the builder computes bf16 in f32 between casts)
+//     (made by fold_bf16_casts_into_norms; the builder computes bf16 in f32 between casts)
 //     gives the f32 result rounded to bf16: the same bits as those casts.
 //
 // Reference kernels compute in double for f32 (the yardstick for the AVX2 kernels).
+#include <array>
 #include <cmath>
 #include <limits>
 #include <span>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/float16.h"
 #include "kernels/cpu/normalization_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
@@ -212,22 +213,15 @@ std::unique_ptr<KernelInstance> layer_norm_reference_bf16(const KernelSpec& spec
   return layer_norm_kernel(spec, [](const void* x, const void* w, const void* b, void* y,
                                     Extents e, double eps, int threads) {
     using cpu::BFloat16;
-    auto widen = [n = e.n](const void* p, int64_t offset, std::vector<float>& out) {
-      out.resize(static_cast<size_t>(n));
-      if (!p) return static_cast<const float*>(nullptr);
-      for (int64_t i = 0; i < n; ++i)
-        out[static_cast<size_t>(i)] = cpu::to_float(static_cast<const BFloat16*>(p)[offset + i]);
-      return static_cast<const float*>(out.data());
-    };
     cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
-      std::vector<float> row, weight, bias, result(static_cast<size_t>(e.n));
-      const float* w32 = widen(w, 0, weight);
-      const float* b32 = widen(b, 0, bias);
-      for (int64_t r = begin; r < end; ++r) {
-        layer_norm_reference_row(widen(x, r * e.n, row), w32, b32, result.data(), e.n, eps);
-        for (int64_t i = 0; i < e.n; ++i)
-          static_cast<BFloat16*>(y)[r * e.n + i] = cpu::to_bfloat16(result[static_cast<size_t>(i)]);
-      }
+      cpu::bf16_rows_through_f32<2>(
+          static_cast<const BFloat16*>(x) + begin * e.n,
+          {static_cast<const BFloat16*>(w), static_cast<const BFloat16*>(b)},
+          static_cast<BFloat16*>(y) + begin * e.n, end - begin, e.n,
+          [&](const float* row, std::array<const float*, 2> params, float* out) {
+            layer_norm_reference_row(row, params[0], params[1], out, e.n, eps);
+          },
+          cpu::widen_bf16_row, cpu::narrow_to_bf16_row);
     });
   });
 }

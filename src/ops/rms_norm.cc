@@ -7,11 +7,15 @@
 //
 // Both kernels form the sum of squares, the root and the scaling in double and round once; the
 // reference is the yardstick of the AVX2 kernel (beside layer norm's in normalization_avx2.cc).
+// A bf16 rms_norm (made by fold_bf16_casts_into_norms; the builder computes bf16 in f32 between
+// casts) gives the f32 result, with f32's eps for the marker, rounded to bf16: those casts' bits.
+#include <array>
 #include <cmath>
 #include <limits>
 #include <span>
 #include <type_traits>
 
+#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/normalization_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
@@ -44,14 +48,14 @@ Rows rows_of(const KernelSpec& spec) {
 double effective_eps(const KernelSpec& spec) {
   const double eps = spec.node.attr_float("eps");
   if (eps != kDtypeEps) return eps;
-  return spec.inputs[0].dtype == DType::F32 ? std::numeric_limits<float>::epsilon()
-                                            : std::numeric_limits<double>::epsilon();
+  return spec.inputs[0].dtype == DType::F64 ? std::numeric_limits<double>::epsilon()
+                                            : std::numeric_limits<float>::epsilon();
 }
 
 void infer_rms_norm(InferContext& ctx) {
   const TensorType& x = ctx.input(0);
-  ctx.check(x.dtype == DType::F32 || x.dtype == DType::F64,
-            "rms_norm takes f32 or f64, not " + std::string(dtype_name(x.dtype)) +
+  ctx.check(x.dtype == DType::F32 || x.dtype == DType::F64 || x.dtype == DType::BF16,
+            "rms_norm takes f32, f64 or bf16, not " + std::string(dtype_name(x.dtype)) +
                 "; insert a cast");
   const int64_t rank = static_cast<int64_t>(x.rank());
   const int64_t k = ctx.attr_int("normalized_ndim");
@@ -112,20 +116,42 @@ std::unique_ptr<KernelInstance> rms_norm_reference(const KernelSpec& spec) {
   });
 }
 
-#ifdef KILN_X86
-std::string avx2_unsupported_reason(const KernelSpec& spec) {
-  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+std::unique_ptr<KernelInstance> rms_norm_reference_bf16(const KernelSpec& spec) {
+  return rms_norm_kernel(spec, [](const void* x, const void* w, void* y, Rows r, double eps,
+                                  int threads) {
+    using cpu::BFloat16;
+    cpu::parallel_chunks(r.rows, r.n, threads, [&](int64_t begin, int64_t end) {
+      cpu::bf16_rows_through_f32<1>(
+          static_cast<const BFloat16*>(x) + begin * r.n, {static_cast<const BFloat16*>(w)},
+          static_cast<BFloat16*>(y) + begin * r.n, end - begin, r.n,
+          [&](const float* row, std::array<const float*, 1> params, float* out) {
+            rms_norm_reference_row(row, params[0], out, r.n, eps);
+          },
+          cpu::widen_bf16_row, cpu::narrow_to_bf16_row);
+    });
+  });
 }
 
-std::unique_ptr<KernelInstance> rms_norm_avx2(const KernelSpec& spec) {
+#ifdef KILN_X86
+std::string avx2_unsupported_reason(const KernelSpec& spec) {
+  const DType dtype = spec.inputs[0].dtype;
+  return cpu::avx2_f32_unsupported_reason(dtype == DType::BF16 ? DType::F32 : dtype);
+}
+
+template <typename T>
+std::unique_ptr<KernelInstance> rms_norm_avx2_of(const KernelSpec& spec) {
   return rms_norm_kernel(spec, [](const void* x, const void* w, void* y, Rows r, double eps,
                                   int threads) {
     cpu::parallel_chunks(r.rows, r.n, threads, [&](int64_t begin, int64_t end) {
-      cpu::avx2::rms_norm(static_cast<const float*>(x) + begin * r.n,
-                          static_cast<const float*>(w), static_cast<float*>(y) + begin * r.n,
-                          end - begin, r.n, eps);
+      cpu::avx2::rms_norm(static_cast<const T*>(x) + begin * r.n, static_cast<const T*>(w),
+                          static_cast<T*>(y) + begin * r.n, end - begin, r.n, eps);
     });
   });
+}
+
+std::unique_ptr<KernelInstance> rms_norm_avx2(const KernelSpec& spec) {
+  return spec.inputs[0].dtype == DType::BF16 ? rms_norm_avx2_of<cpu::BFloat16>(spec)
+                                             : rms_norm_avx2_of<float>(spec);
 }
 #endif
 
@@ -144,9 +170,11 @@ void register_rms_norm_ops(OpRegistry& registry) {
 #endif
   def.kernels.push_back({"reference", "native", [](const KernelSpec&) { return std::string(); },
                          [](const KernelSpec& spec) {
-                           return spec.inputs[0].dtype == DType::F32
-                                      ? rms_norm_reference<float>(spec)
-                                      : rms_norm_reference<double>(spec);
+                           switch (spec.inputs[0].dtype) {
+                             case DType::F32: return rms_norm_reference<float>(spec);
+                             case DType::BF16: return rms_norm_reference_bf16(spec);
+                             default: return rms_norm_reference<double>(spec);
+                           }
                          }});
   // Each row's sum of squares is complete before y[i] is written from x[i].
   for (KernelDef& k : def.kernels) k.in_place_inputs = {0};

@@ -208,9 +208,9 @@ TEST(OpsNormalization, Avx2LayerNormMatchesReference) {
   }
 }
 
-// A bf16 layer norm (what fold_bf16_casts_into_layer_norm makes) is each kernel's f32 result on
+// A bf16 layer or RMS norm (what fold_bf16_casts_into_norms makes) is each kernel's f32 result on
 // the widened inputs rounded to bf16: the bits of the casts it replaces, NaNs and all.
-TEST(OpsNormalization, Bf16LayerNormIsTheF32OneBetweenCasts) {
+TEST(OpsNormalization, Bf16NormsAreTheF32OnesBetweenCasts) {
   std::mt19937 rng(17);
   using Sizes = std::vector<int64_t>;
   auto widened = [](const Tensor& t) {
@@ -221,42 +221,45 @@ TEST(OpsNormalization, Bf16LayerNormIsTheF32OneBetweenCasts) {
   };
   std::vector<std::string> kernels = {"reference"};
   if (avx2_available()) kernels.push_back("avx2");
-  for (const Sizes& sizes : {Sizes{1}, Sizes{3, 7}, Sizes{2, 17}, Sizes{4, 768}, Sizes{0, 8}}) {
-    const Sizes normalized{sizes.back()};
-    for (int params = 0; params <= 2; ++params) {
-      for (bool extremes : {false, true}) {
-        SCOPED_TRACE(shape_string(sizes) + " with " + std::to_string(params) + " params" +
-                     (extremes ? " and extremes" : ""));
-        Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 5);
-        if (extremes) test::sprinkle_extremes(x32, rng);
-        Tensor x = Tensor::empty(DType::BF16, sizes);
-        for (int64_t i = 0; i < x.numel(); ++i)
-          x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
-        std::vector<Tensor> narrow = {x}, wide = {widened(x)};
-        std::vector<TensorType> narrow_types = {type_of(DType::BF16, sizes)},
-                                wide_types = {type_of(DType::F32, sizes)};
-        for (int p = 0; p < params; ++p) {
-          narrow.push_back(test::random_tensor(DType::BF16, normalized, rng, -2, 2));
-          wide.push_back(widened(narrow.back()));
-          narrow_types.push_back(type_of(DType::BF16, normalized));
-          wide_types.push_back(type_of(DType::F32, normalized));
-        }
-        // Uncast, as the pass adds it (the builder would put the casts around it).
-        Graph bf16_graph;
-        std::vector<Value*> bf16_inputs;
-        for (size_t i = 0; i < narrow_types.size(); ++i)
-          bf16_inputs.push_back(bf16_graph.add_input("in" + std::to_string(i), narrow_types[i]));
-        const Node& bf16_node = *bf16_graph.add_uncast("layer_norm", bf16_inputs, {})->producer();
-        OneNode f32_node("layer_norm", wide_types);
-        for (const std::string& kernel : kernels) {
-          SCOPED_TRACE(kernel);
-          const Tensor got = test::run_kernel(bf16_node, kernel, narrow)[0];
-          const Tensor f32 = test::run_kernel(*f32_node.node, kernel, wide)[0];
-          ASSERT_EQ(got.dtype(), DType::BF16);
-          for (int64_t i = 0; i < got.numel(); ++i)
-            ASSERT_EQ(got.data<cpu::BFloat16>()[i].bits,
-                      cpu::to_bfloat16(f32.data<float>()[i]).bits)
-                << "element " << i;
+  for (const auto& [op, max_params] : {std::pair<std::string, int>{"layer_norm", 2},
+                                       std::pair<std::string, int>{"rms_norm", 1}}) {
+    for (const Sizes& sizes : {Sizes{1}, Sizes{3, 7}, Sizes{2, 17}, Sizes{4, 768}, Sizes{0, 8}}) {
+      const Sizes normalized{sizes.back()};
+      for (int params = 0; params <= max_params; ++params) {
+        for (bool extremes : {false, true}) {
+          SCOPED_TRACE(op + " of " + shape_string(sizes) + " with " + std::to_string(params) +
+                       " params" + (extremes ? " and extremes" : ""));
+          Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 5);
+          if (extremes) test::sprinkle_extremes(x32, rng);
+          Tensor x = Tensor::empty(DType::BF16, sizes);
+          for (int64_t i = 0; i < x.numel(); ++i)
+            x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
+          std::vector<Tensor> narrow = {x}, wide = {widened(x)};
+          std::vector<TensorType> narrow_types = {type_of(DType::BF16, sizes)},
+                                  wide_types = {type_of(DType::F32, sizes)};
+          for (int p = 0; p < params; ++p) {
+            narrow.push_back(test::random_tensor(DType::BF16, normalized, rng, -2, 2));
+            wide.push_back(widened(narrow.back()));
+            narrow_types.push_back(type_of(DType::BF16, normalized));
+            wide_types.push_back(type_of(DType::F32, normalized));
+          }
+          // Uncast, as the pass adds it (the builder would put the casts around it).
+          Graph bf16_graph;
+          std::vector<Value*> bf16_inputs;
+          for (size_t i = 0; i < narrow_types.size(); ++i)
+            bf16_inputs.push_back(bf16_graph.add_input("in" + std::to_string(i), narrow_types[i]));
+          const Node& bf16_node = *bf16_graph.add_uncast(op, bf16_inputs, {})->producer();
+          OneNode f32_node(op, wide_types);
+          for (const std::string& kernel : kernels) {
+            SCOPED_TRACE(kernel);
+            const Tensor got = test::run_kernel(bf16_node, kernel, narrow)[0];
+            const Tensor f32 = test::run_kernel(*f32_node.node, kernel, wide)[0];
+            ASSERT_EQ(got.dtype(), DType::BF16);
+            for (int64_t i = 0; i < got.numel(); ++i)
+              ASSERT_EQ(got.data<cpu::BFloat16>()[i].bits,
+                        cpu::to_bfloat16(f32.data<float>()[i]).bits)
+                  << "element " << i;
+          }
         }
       }
     }

@@ -158,11 +158,11 @@ graph @g {
 })");
 }
 
-// A bf16 model's layer norms likewise read and write bf16 themselves (on every CPU), with one,
-// two or three operands, when the f32 result is only rounded back; one whose f32 result has
-// another use keeps its casts.
-TEST(FoldBf16CastsIntoLayerNorm, LayerNormsBetweenCastsReadAndWriteBf16) {
-  auto pass = make_fold_bf16_casts_into_layer_norm();
+// A bf16 model's layer and RMS norms likewise read and write bf16 themselves (on every CPU),
+// with each count of operands, when the f32 result is only rounded back; one whose f32 result
+// has another use keeps its casts.
+TEST(FoldBf16CastsIntoNorms, NormsBetweenCastsReadAndWriteBf16) {
+  auto pass = make_fold_bf16_casts_into_norms();
   expect_rewrite(*pass, R"(
 graph @g {
   input %x : bf16[2, 3]
@@ -179,7 +179,11 @@ graph @g {
   %v16 = to(%v) {dtype = "bf16"}
   %t = layer_norm(%x32)
   %t16 = to(%t) {dtype = "bf16"}
-  output %y16, %u16, %v16, %t16, %t
+  %r = rms_norm(%x32, %w32)
+  %r16 = to(%r) {dtype = "bf16"}
+  %q = rms_norm(%x32) {eps = 1e-05}
+  %q16 = to(%q) {dtype = "bf16"}
+  output %y16, %u16, %v16, %t16, %t, %r16, %q16
 })",
                  R"(
 graph @g {
@@ -192,7 +196,9 @@ graph @g {
   %y16_1 : bf16[2, 3] = layer_norm(%x, %w, %b) {eps = 1e-06}
   %u16_1 : bf16[2, 3] = layer_norm(%x, %w)
   %v16_1 : bf16[2, 3] = layer_norm(%x)
-  output %y16_1, %u16_1, %v16_1, %t16, %t
+  %r16_1 : bf16[2, 3] = rms_norm(%x, %w)
+  %q16_1 : bf16[2, 3] = rms_norm(%x) {eps = 1e-05}
+  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1
 })");
 }
 

@@ -236,21 +236,24 @@ def test_bf16_conv_blocks_become_convolutions(block, tmp_path):
     assert torch.equal(torch.as_tensor(kiln.load(tmp_path / "block.kiln")(x)), compiled)
 
 
-# A bf16 layer norm between two linear layers reads and writes bf16 itself
-# (fold_bf16_casts_into_layer_norm, every CPU): no cast is left around it, and its result is the
+# bf16 layer and RMS norms between linear layers read and write bf16 themselves
+# (fold_bf16_casts_into_norms, every CPU): no cast is left around them, and each result is the
 # f32 one rounded once, as with the casts (tests/cpp/test_ops_normalization.cc).
-def test_bf16_layer_norm_reads_and_writes_bf16(tmp_path):
+def test_bf16_norms_read_and_write_bf16(tmp_path):
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.LayerNorm(48),
-                                torch.nn.Linear(48, 16)).eval().to(torch.bfloat16)
+                                torch.nn.Linear(48, 16), torch.nn.RMSNorm(16),
+                                torch.nn.Linear(16, 8)).eval().to(torch.bfloat16)
     x = torch.randn(4, 32).to(torch.bfloat16)
     options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
                                    "debug.graph_dump.path": str(tmp_path / "dump")})
     with torch.no_grad():
         torch.compile(model, backend="kiln", fullgraph=True, options=options)(x)
     [final] = (tmp_path / "dump").glob("*_select.txt")
-    norms = [line for line in final.read_text().splitlines() if "= layer_norm(" in line]
-    assert len(norms) == 1 and " : bf16[4, 48] = layer_norm(" in norms[0], final.read_text()
+    text = final.read_text()
+    norms = [line for line in text.splitlines() if "_norm(" in line]
+    assert len(norms) == 2, text
+    assert " : bf16[4, 48] = layer_norm(" in norms[0] and " : bf16[4, 16] = rms_norm(" in norms[1], text
     check_model(model, x, factor=2)
 
 

@@ -1,6 +1,6 @@
-// AVX2+FMA kernels for f32 softmax, layer norm (f32 and bf16) and RMS norm (x86 only; call them only when
-// has_avx2_fma()). Sums run in double, so the results stay within a few ULP of the reference
-// kernels however long the rows are.
+// AVX2+FMA kernels for softmax (f32), layer norm and RMS norm (f32 and bf16); x86 only, call
+// them only when has_avx2_fma(). Sums run in double, so the results stay within a few ULP of the
+// reference kernels however long the rows are.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,9 @@ void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias,
 // RMS norm of `rows` rows of n elements: y = x / sqrt(mean(x²) + eps) * weight, the weight (n
 // elements) optional (null). One pass for the sum of squares, one to scale.
 void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, double eps);
+// In bf16 likewise the f32 result rounded to bf16.
+void rms_norm(const BFloat16* x, const BFloat16* weight, BFloat16* y, int64_t rows, int64_t n,
+              double eps);
 
 }  // namespace avx2
 #endif

@@ -1,0 +1,45 @@
+// A row kernel of f32 run on bf16 rows: each row widened into an f32 buffer, the f32 kernel run
+// there, its results rounded to bf16 (the norms' bf16 kernels). The bits are those of the f32
+// kernel between two casts, with the row in L1 instead of a cast kernel's pass over the tensor
+// each way.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/float16.h"
+
+namespace kiln::cpu {
+
+inline void widen_bf16_row(const BFloat16* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_float(x[i]);
+}
+inline void narrow_to_bf16_row(const float* x, BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_bfloat16(x[i]);
+}
+
+// row_fn(x32, params32, y32) for each of `rows` rows of n elements of x into y; `params` (null
+// or n elements each, the same for every row: weights, biases) are widened once. Widen and
+// Narrow convert a row (the scalar functions above, or vector ones).
+template <size_t kParams, typename RowFn, typename Widen, typename Narrow>
+void bf16_rows_through_f32(const BFloat16* x, std::array<const BFloat16*, kParams> params,
+                           BFloat16* y, int64_t rows, int64_t n, RowFn row_fn, Widen widen,
+                           Narrow narrow) {
+  std::vector<float> row(static_cast<size_t>(n));
+  std::array<std::vector<float>, kParams> wide;
+  std::array<const float*, kParams> params32{};
+  for (size_t p = 0; p < kParams; ++p) {
+    if (!params[p]) continue;
+    wide[p].resize(static_cast<size_t>(n));
+    widen(params[p], wide[p].data(), n);
+    params32[p] = wide[p].data();
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    widen(x + r * n, row.data(), n);
+    row_fn(row.data(), params32, row.data());
+    narrow(row.data(), y + r * n, n);
+  }
+}
+
+}  // namespace kiln::cpu
