@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/float16.h"
+#include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::cpu::avx2 {
 
@@ -51,6 +52,19 @@ KILN_TARGET_AVX2 inline void store_bf16_tail(BFloat16* p, int64_t count, __m256 
   alignas(16) uint16_t bits[8];
   _mm_store_si128(reinterpret_cast<__m128i*>(bits), narrow_to_bf16(v));
   std::memcpy(p, bits, static_cast<size_t>(count) * sizeof(BFloat16));
+}
+
+// n values of a row, each way, 8 at a time, the tail under a mask.
+KILN_TARGET_AVX2 inline void widen_bf16_row(const BFloat16* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_bf16(x + i));
+  if (i < n) _mm256_maskstore_ps(out + i, tail_mask(n - i), load_bf16_tail(x + i, n - i));
+}
+
+KILN_TARGET_AVX2 inline void narrow_to_bf16_row(const float* x, BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store_bf16(out + i, _mm256_loadu_ps(x + i));
+  if (i < n) store_bf16_tail(out + i, n - i, _mm256_maskload_ps(x + i, tail_mask(n - i)));
 }
 
 }  // namespace kiln::cpu::avx2

@@ -26,19 +26,22 @@ template <size_t kParams, typename RowFn, typename Widen, typename Narrow>
 void bf16_rows_through_f32(const BFloat16* x, std::array<const BFloat16*, kParams> params,
                            BFloat16* y, int64_t rows, int64_t n, RowFn row_fn, Widen widen,
                            Narrow narrow) {
-  std::vector<float> row(static_cast<size_t>(n));
-  std::array<std::vector<float>, kParams> wide;
+  // The row and the widened params, in a buffer each thread keeps: no allocation per call once
+  // it has seen rows this long.
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(n) * (kParams + 1));
+  float* row = buffer.data();
   std::array<const float*, kParams> params32{};
   for (size_t p = 0; p < kParams; ++p) {
     if (!params[p]) continue;
-    wide[p].resize(static_cast<size_t>(n));
-    widen(params[p], wide[p].data(), n);
-    params32[p] = wide[p].data();
+    float* wide = buffer.data() + static_cast<size_t>(n) * (p + 1);
+    widen(params[p], wide, n);
+    params32[p] = wide;
   }
   for (int64_t r = 0; r < rows; ++r) {
-    widen(x + r * n, row.data(), n);
-    row_fn(row.data(), params32, row.data());
-    narrow(row.data(), y + r * n, n);
+    widen(x + r * n, row, n);
+    row_fn(row, params32, row);
+    narrow(row, y + r * n, n);
   }
 }
 

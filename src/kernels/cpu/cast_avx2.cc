@@ -1,6 +1,7 @@
-// Vector casts f32 <-> f16 (F16C, 8 lanes) and f32 <-> bf16 (AVX2 integer ops, 8 lanes). Tails
-// go through the scalar conversions of float16.h, which give the same bits as the vector
-// instructions (tested on every f16 value and a dense sample of f32 ones).
+// Vector casts f32 <-> f16 (F16C, 8 lanes) and f32 <-> bf16 (AVX2 integer ops, 8 lanes; the row
+// conversions of bf16_avx2.h). f16 tails go through the scalar conversions of float16.h, which
+// give the same bits as the vector instructions (tested on every f16 value and a dense sample of
+// f32 ones); bf16 tails through the same vector code under a mask.
 #include "kernels/cpu/cast.h"
 
 #include "kernels/cpu/bf16_avx2.h"
@@ -46,19 +47,11 @@ KILN_TARGET_AVX2_F16C void f16_to_f32(const void* in, void* out, int64_t n) {
 }
 
 KILN_TARGET_AVX2 void f32_to_bf16(const void* in, void* out, int64_t n) {
-  const float* x = static_cast<const float*>(in);
-  BFloat16* y = static_cast<BFloat16*>(out);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) avx2::store_bf16(y + i, _mm256_loadu_ps(x + i));
-  for (; i < n; ++i) y[i] = to_bfloat16(x[i]);
+  avx2::narrow_to_bf16_row(static_cast<const float*>(in), static_cast<BFloat16*>(out), n);
 }
 
 KILN_TARGET_AVX2 void bf16_to_f32(const void* in, void* out, int64_t n) {
-  const BFloat16* x = static_cast<const BFloat16*>(in);
-  float* y = static_cast<float*>(out);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, avx2::load_bf16(x + i));
-  for (; i < n; ++i) y[i] = to_float(x[i]);
+  avx2::widen_bf16_row(static_cast<const BFloat16*>(in), static_cast<float*>(out), n);
 }
 #endif
 

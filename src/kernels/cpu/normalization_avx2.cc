@@ -217,23 +217,6 @@ KILN_TARGET_AVX2 void layer_norm(const float* x, const float* weight, const floa
   else each_row(layer_norm_row<false, false>);
 }
 
-namespace {
-
-// Widens n bf16 values into `out` (exact).
-KILN_TARGET_AVX2 void widen_row(const BFloat16* x, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_bf16(x + i));
-  if (i < n) _mm256_maskstore_ps(out + i, tail_mask(n - i), load_bf16_tail(x + i, n - i));
-}
-
-KILN_TARGET_AVX2 void narrow_row(const float* x, BFloat16* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) store_bf16(out + i, _mm256_loadu_ps(x + i));
-  if (i < n) store_bf16_tail(out + i, n - i, _mm256_maskload_ps(x + i, tail_mask(n - i)));
-}
-
-}  // namespace
-
 // bf16 through bf16_rows_through_f32: widening in each of the row's three passes instead cost
 // 1.6x the f32 kernel's time ([197, 768], 2 threads: 71 against 44 us).
 KILN_TARGET_AVX2 void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias,
@@ -243,7 +226,7 @@ KILN_TARGET_AVX2 void layer_norm(const BFloat16* x, const BFloat16* weight, cons
       [&](const float* row, std::array<const float*, 2> params, float* out) {
         layer_norm(row, params[0], params[1], out, 1, n, eps);
       },
-      widen_row, narrow_row);
+      avx2::widen_bf16_row, avx2::narrow_to_bf16_row);
 }
 
 KILN_TARGET_AVX2 void rms_norm(const float* x, const float* weight, float* y, int64_t rows,
@@ -259,7 +242,7 @@ KILN_TARGET_AVX2 void rms_norm(const BFloat16* x, const BFloat16* weight, BFloat
       [&](const float* row, std::array<const float*, 1> params, float* out) {
         rms_norm(row, params[0], out, 1, n, eps);
       },
-      widen_row, narrow_row);
+      avx2::widen_bf16_row, avx2::narrow_to_bf16_row);
 }
 
 }  // namespace kiln::cpu::avx2
