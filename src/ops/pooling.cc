@@ -15,7 +15,12 @@
 // input or the left padding, count_include_pad counting the declared padding but not what
 // ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
 //
-// Kernels, best first: for max, AVX2 (f32, every layout; oneDNN's max pooling drops NaNs); for
+// max_pool2d also takes bf16 (made by fold_bf16_casts_into_norms_and_max_pool, which drops the
+// casts the builder puts around it: the maximum of widened values is exact), computed in f32 and
+// rounded, as between casts.
+//
+// Kernels, best first: for max, AVX2 (f32 in every layout, bf16 in channels-inner ones; 16 lanes
+// on AVX-512; oneDNN's max pooling drops NaNs); for
 // averages, the AVX2 global average (adaptive to 1x1, f32), oneDNN where it has a jit kernel
 // (f32; plain NCHW has one only with AVX-512), AVX2 (f32, every layout); then the reference loops
 // (every dtype PyTorch takes; f32 sums in double; other layouts through plain copies).
@@ -130,7 +135,8 @@ void infer_window_pool(InferContext& ctx, bool has_dilation) {
 
 void infer_max_pool2d(InferContext& ctx) {
   check_dtype(ctx, ctx.input(0).dtype,
-              {DType::F32, DType::F64, DType::I64, DType::I32, DType::I16, DType::I8, DType::U8});
+              {DType::F32, DType::F64, DType::BF16, DType::I64, DType::I32, DType::I16, DType::I8,
+               DType::U8});
   infer_window_pool(ctx, /*has_dilation=*/true);
 }
 
@@ -238,15 +244,24 @@ void for_each_output(const Pool2dGeometry& g, const T* x, T* y, int64_t work_per
                        });
 }
 
+// The values max pooling compares: bf16 widened to f32 (exact), other types as they are.
+template <typename T>
+auto comparable(T v) {
+  if constexpr (std::is_same_v<T, cpu::BFloat16>) return cpu::to_float(v);
+  else return v;
+}
+
 template <typename T>
 void max_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) {
+  using C = decltype(comparable(T{}));
   for_each_output(g, x, y, g.kh * g.kw, threads, [&](const T* plane, int64_t oy, int64_t ox) {
-    T best = lowest<T>();
+    C best = lowest<C>();
     cpu::for_each_window_element(g, oy, ox, [&](int64_t pixel) {
-      const T v = plane[pixel];
+      const C v = comparable(plane[pixel]);
       if (v > best || is_nan(v)) best = v;  // as PyTorch: a NaN wins, and so does a later one
     });
-    return best;
+    if constexpr (std::is_same_v<T, cpu::BFloat16>) return cpu::to_bfloat16(best);
+    else return best;
   });
 }
 
@@ -336,26 +351,34 @@ class ReferenceThroughPlain final : public KernelInstance {
   int threads_;
 };
 
-// A kernel calling run(geometry, x, y, threads) with x and y of the node's dtype, plain.
+// A kernel calling run(geometry, x, y, threads) with x and y of type T, plain.
+template <typename T, typename Run>
+std::unique_ptr<KernelInstance> kernel_of(const KernelSpec& spec, const Pool2dGeometry& g,
+                                          Run run) {
+  if (g.layout != Layout::Plain)
+    return std::make_unique<ReferenceThroughPlain<T, Run>>(g, run, spec.threads);
+  return make_kernel([g, run, threads = spec.threads](std::span<const void* const> in,
+                                                      std::span<void* const> out) {
+    run(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]), threads);
+  });
+}
+
+// The same with T the node's dtype, one of visit_dtype's.
 template <typename Run>
 std::unique_ptr<KernelInstance> typed_kernel(const KernelSpec& spec, const Pool2dGeometry& g,
                                              Run run) {
-  return visit_dtype(spec.inputs[0].dtype, [&](auto t) -> std::unique_ptr<KernelInstance> {
-    using T = decltype(t);
-    if (g.layout != Layout::Plain)
-      return std::make_unique<ReferenceThroughPlain<T, Run>>(g, run, spec.threads);
-    return make_kernel([g, run, threads = spec.threads](std::span<const void* const> in,
-                                                        std::span<void* const> out) {
-      run(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]), threads);
-    });
+  return visit_dtype(spec.inputs[0].dtype, [&](auto t) {
+    return kernel_of<decltype(t)>(spec, g, run);
   });
 }
 
 std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec) {
-  return typed_kernel(spec, pool_geometry(spec, true),
-                      [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
-                        max_pool_reference(g, x, y, threads);
-                      });
+  const auto run = [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
+    max_pool_reference(g, x, y, threads);
+  };
+  if (spec.inputs[0].dtype == DType::BF16)
+    return kernel_of<cpu::BFloat16>(spec, pool_geometry(spec, true), run);
+  return typed_kernel(spec, pool_geometry(spec, true), run);
 }
 
 std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec) {
@@ -442,8 +465,8 @@ std::string avx2_unsupported(const KernelSpec& spec) {
 class PoolAvx2 final : public KernelInstance {
  public:
   PoolAvx2(const Pool2dGeometry& g, int threads, bool max, std::vector<float> row_divisors = {},
-           std::vector<float> column_divisors = {})
-      : g_(g), threads_(std::max(threads, 1)), max_(max),
+           std::vector<float> column_divisors = {}, bool bf16 = false)
+      : g_(g), threads_(std::max(threads, 1)), max_(max), bf16_(bf16),
         row_divisors_(std::move(row_divisors)), column_divisors_(std::move(column_divisors)) {}
 
   size_t scratch_bytes() const override {
@@ -453,19 +476,14 @@ class PoolAvx2 final : public KernelInstance {
 
   void run(std::span<const void* const> in, std::span<void* const> out,
            void* scratch) const override {
+    if (bf16_) {
+      channels_inner(static_cast<const cpu::BFloat16*>(in[0]), static_cast<cpu::BFloat16*>(out[0]));
+      return;
+    }
     const auto* x = static_cast<const float*>(in[0]);
     auto* y = static_cast<float*>(out[0]);
     if (g_.layout != Layout::Plain) {
-      const cpu::ChannelsInner v = cpu::channels_inner(g_);
-      cpu::parallel_chunks(v.outer * g_.oh, g_.ow * v.block * g_.kh * g_.kw, threads_,
-                           [&](int64_t begin, int64_t end) {
-        if (max_)
-          (cpu::has_avx512f() ? cpu::avx512::max_pool_channels_inner
-                              : cpu::avx2::max_pool_channels_inner)(g_, x, y, begin, end);
-        else
-          cpu::avx2::avg_pool_channels_inner(g_, x, y, begin, end, row_divisors_.data(),
-                                             column_divisors_.data());
-      });
+      channels_inner(x, y);
       return;
     }
     cpu::parallel_chunks(g_.n * g_.c, g_.oh * g_.ow * g_.kh * g_.kw, threads_,
@@ -482,14 +500,45 @@ class PoolAvx2 final : public KernelInstance {
   }
 
  private:
+  // Output rows split over threads, channels in the vector lanes: f32 (max or average) or bf16
+  // (max).
+  template <typename T>
+  void channels_inner(const T* x, T* y) const {
+    const cpu::ChannelsInner v = cpu::channels_inner(g_);
+    cpu::parallel_chunks(v.outer * g_.oh, g_.ow * v.block * g_.kh * g_.kw, threads_,
+                         [&](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (!max_) {
+          cpu::avx2::avg_pool_channels_inner(g_, x, y, begin, end, row_divisors_.data(),
+                                             column_divisors_.data());
+          return;
+        }
+      }
+      if (cpu::has_avx512f()) cpu::avx512::max_pool_channels_inner(g_, x, y, begin, end);
+      else cpu::avx2::max_pool_channels_inner(g_, x, y, begin, end);
+    });
+  }
+
   Pool2dGeometry g_;
   int threads_;
-  bool max_;
+  bool max_, bf16_;
   std::vector<float> row_divisors_, column_divisors_;
 };
 
+// bf16 runs on channels-inner layouts only: a plain bf16 max pooling (no convolution chain
+// around it) takes the reference loops.
+std::string max_pool_avx2_unsupported(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype != DType::BF16) return avx2_unsupported(spec);
+  if (!cpu::has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
+  if (spec.inputs[0].layout == Layout::Plain)
+    return "bf16 runs in channels-inner layouts (nhwc, nChw8c, nChw16c) only";
+  return "";
+}
+
 std::unique_ptr<KernelInstance> max_pool_avx2(const KernelSpec& spec) {
-  return std::make_unique<PoolAvx2>(pool_geometry(spec, true), spec.threads, true);
+  return std::make_unique<PoolAvx2>(pool_geometry(spec, true), spec.threads, true,
+                                    std::vector<float>{}, std::vector<float>{},
+                                    spec.inputs[0].dtype == DType::BF16);
 }
 
 // PyTorch's divisor for each output index along one axis (see avg_pool_reference).
@@ -565,7 +614,7 @@ void register_pooling_ops(OpRegistry& registry) {
   max_pool.computes_low_precision_in_f32 = true;
   max_pool.layout_aware = true;
 #ifdef KILN_X86
-  max_pool.kernels.push_back({"avx2", "native", avx2_unsupported, max_pool_avx2});
+  max_pool.kernels.push_back({"avx2", "native", max_pool_avx2_unsupported, max_pool_avx2});
 #endif
   max_pool.kernels.push_back({"reference", "native", always_supported, max_pool_reference_kernel});
   registry.add(std::move(max_pool));

@@ -11,7 +11,7 @@ PassPipeline default_pipeline() {
   p.begin_fixed_point("simplify");
   p.add(make_fold_bf16_casts_into_matmul());  // before folding would widen bf16 weights
   p.add(make_fold_bf16_casts_into_conv());
-  p.add(make_fold_bf16_casts_into_norms());
+  p.add(make_fold_bf16_casts_into_norms_and_max_pool());
   p.add(make_fold_transpose_into_matmul());  // before folding would copy transposed weights
   p.add(make_constant_folding());
   p.add(make_algebraic_simplification());
@@ -24,7 +24,8 @@ PassPipeline default_pipeline() {
   p.add(make_fuse_decomposed_gelu());
   p.add(make_fuse_decomposed_layer_norm());
   p.add(make_fuse_decomposed_rms_norm());
-  p.add(make_fold_bf16_casts_into_norms());  // again, for the norms recognized just above
+  // Again, for the norms recognized just above.
+  p.add(make_fold_bf16_casts_into_norms_and_max_pool());
   p.add(make_fuse_decomposed_softmax());
   p.add(make_fuse_decomposed_attention());
   p.add(make_move_casts_across_head_permutes());

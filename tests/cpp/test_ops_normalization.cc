@@ -208,8 +208,9 @@ TEST(OpsNormalization, Avx2LayerNormMatchesReference) {
   }
 }
 
-// A bf16 layer or RMS norm (what fold_bf16_casts_into_norms makes) is each kernel's f32 result on
-// the widened inputs rounded to bf16: the bits of the casts it replaces, NaNs and all.
+// A bf16 layer or RMS norm (what fold_bf16_casts_into_norms_and_max_pool makes) is each kernel's
+// f32 result on the widened inputs rounded to bf16: the bits of the casts it replaces, NaNs and
+// all.
 TEST(OpsNormalization, Bf16NormsAreTheF32OnesBetweenCasts) {
   std::mt19937 rng(17);
   using Sizes = std::vector<int64_t>;

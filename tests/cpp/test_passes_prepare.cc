@@ -158,14 +158,15 @@ graph @g {
 })");
 }
 
-// A bf16 model's layer and RMS norms likewise read and write bf16 themselves (on every CPU),
-// with each count of operands, when the f32 result is only rounded back; one whose f32 result
-// has another use keeps its casts.
-TEST(FoldBf16CastsIntoNorms, NormsBetweenCastsReadAndWriteBf16) {
-  auto pass = make_fold_bf16_casts_into_norms();
+// A bf16 model's layer and RMS norms and max poolings likewise read and write bf16 themselves
+// (on every CPU), with each count of operands, when the f32 result is only rounded back; one
+// whose f32 result has another use keeps its casts.
+TEST(FoldBf16CastsIntoNormsAndMaxPool, OpsBetweenCastsReadAndWriteBf16) {
+  auto pass = make_fold_bf16_casts_into_norms_and_max_pool();
   expect_rewrite(*pass, R"(
 graph @g {
   input %x : bf16[2, 3]
+  input %p : bf16[1, 2, 4, 4]
   const %w : bf16[3] = [1, 2, 3]
   const %b : bf16[3] = [0.5, -0.25, 1]
   %x32 = to(%x) {dtype = "f32"}
@@ -183,11 +184,15 @@ graph @g {
   %r16 = to(%r) {dtype = "bf16"}
   %q = rms_norm(%x32) {eps = 1e-05}
   %q16 = to(%q) {dtype = "bf16"}
-  output %y16, %u16, %v16, %t16, %t, %r16, %q16
+  %p32 = to(%p) {dtype = "f32"}
+  %m = max_pool2d(%p32) {kernel_size = [2]}
+  %m16 = to(%m) {dtype = "bf16"}
+  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16
 })",
                  R"(
 graph @g {
   input %x : bf16[2, 3]
+  input %p : bf16[1, 2, 4, 4]
   const %w : bf16[3] = [1, 2, 3]
   const %b : bf16[3] = [0.5, -0.25, 1]
   %x32 : f32[2, 3] = to(%x) {dtype = "f32"}
@@ -198,7 +203,8 @@ graph @g {
   %v16_1 : bf16[2, 3] = layer_norm(%x)
   %r16_1 : bf16[2, 3] = rms_norm(%x, %w)
   %q16_1 : bf16[2, 3] = rms_norm(%x) {eps = 1e-05}
-  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1
+  %m16_1 : bf16[1, 2, 2, 2] = max_pool2d(%p) {kernel_size = [2]}
+  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1
 })");
 }
 

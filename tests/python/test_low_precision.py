@@ -237,8 +237,8 @@ def test_bf16_conv_blocks_become_convolutions(block, tmp_path):
 
 
 # bf16 layer and RMS norms between linear layers read and write bf16 themselves
-# (fold_bf16_casts_into_norms, every CPU): no cast is left around them, and each result is the
-# f32 one rounded once, as with the casts (tests/cpp/test_ops_normalization.cc).
+# (fold_bf16_casts_into_norms_and_max_pool, every CPU): no cast is left around them, and each
+# result is the f32 one rounded once, as with the casts (tests/cpp/test_ops_normalization.cc).
 def test_bf16_norms_read_and_write_bf16(tmp_path):
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.LayerNorm(48),
@@ -255,6 +255,36 @@ def test_bf16_norms_read_and_write_bf16(tmp_path):
     assert len(norms) == 2, text
     assert " : bf16[4, 48] = layer_norm(" in norms[0] and " : bf16[4, 16] = rms_norm(" in norms[1], text
     check_model(model, x, factor=2)
+
+
+# bf16 max pooling reads and writes bf16 too (fold_bf16_casts_into_norms_and_max_pool, every
+# CPU): ResNet's stem keeps no cast around it, and with AVX512-BF16 it stays in the convolutions'
+# layout; a pooling alone, on NaNs and infinities, gives eager's bits.
+def test_bf16_max_pool_reads_and_writes_bf16(tmp_path):
+    torch.manual_seed(6)
+    stem = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False), _batch_norm(16),
+        torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(16, 16, 1)
+    ).eval().to(torch.bfloat16)
+    x = torch.randn(2, 3, 32, 32).to(torch.bfloat16)
+    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
+                                   "debug.graph_dump.path": str(tmp_path / "dump")})
+    with torch.no_grad():
+        torch.compile(stem, backend="kiln", fullgraph=True, options=options)(x)
+    [planned] = (tmp_path / "dump").glob("*_plan.txt")  # the dump that names the kernels
+    text = planned.read_text()
+    [pool] = [line for line in text.splitlines() if "= max_pool2d(" in line]
+    assert " : bf16[2, 16, 8, 8]" in pool, text
+    if native_bf16():
+        assert "<nhwc> = max_pool2d(" in pool and "kernel=avx2" in pool, text
+    check_model(stem, x, factor=2)
+
+    pool_alone = torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True)
+    y = (torch.randn(2, 5, 9, 11) * 100).to(torch.bfloat16)
+    y[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    with torch.no_grad():
+        got = compile_kiln(pool_alone)(y)
+    torch.testing.assert_close(got, pool_alone(y), rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])

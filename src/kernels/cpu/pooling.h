@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/float16.h"
 #include "ops/op_registry.h"
 
 namespace kiln::cpu {
@@ -90,15 +91,22 @@ void avg_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t 
 // sum in f32 before dividing.
 void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                              int64_t end);
+// bf16 x and y: the same windows widened to f32, each result narrowed back. A maximum is one of
+// its window's values, so it narrows exactly; a NaN window gives 0x7FC0, as the cast to bf16 of
+// the f32 kernel's result does.
+void max_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x, BFloat16* y,
+                             int64_t begin, int64_t end);
 void avg_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                              int64_t end, const float* row_divisors, const float* column_divisors);
 }  // namespace avx2
 
 namespace avx512 {
-// avx2::max_pool_channels_inner 16 channels at a time, with the same results. Call only when
-// has_avx512f().
+// avx2::max_pool_channels_inner 16 channels at a time, with the same results (f32 and bf16).
+// Call only when has_avx512f().
 void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                              int64_t end);
+void max_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x, BFloat16* y,
+                             int64_t begin, int64_t end);
 }  // namespace avx512
 #endif
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::cpu::avx2 {
@@ -148,24 +149,42 @@ struct UnchangedPixel {
   KILN_TARGET_AVX2 __m256 operator()(__m256 v, int64_t, int64_t) const { return v; }
 };
 
+// Up to 8 channels at p, as f32 lanes (the others 0), and back: f32 under a mask, bf16 widened
+// and narrowed.
+KILN_TARGET_AVX2 inline __m256 load_channels(const float* p, int64_t count, __m256i mask) {
+  (void)count;
+  return _mm256_maskload_ps(p, mask);
+}
+KILN_TARGET_AVX2 inline __m256 load_channels(const BFloat16* p, int64_t count, __m256i) {
+  return count == 8 ? load_bf16(p) : load_bf16_tail(p, count);
+}
+KILN_TARGET_AVX2 inline void store_channels(float* p, int64_t, __m256i mask, __m256 v) {
+  _mm256_maskstore_ps(p, mask, v);
+}
+KILN_TARGET_AVX2 inline void store_channels(BFloat16* p, int64_t count, __m256i, __m256 v) {
+  if (count == 8) store_bf16(p, v);
+  else store_bf16_tail(p, count, v);
+}
+
 // Channels-inner pooling (see pooling.h): the channels are the vector lanes, so every window
 // element is one contiguous load of up to 8 channels.
-template <typename R, typename Finish>
-KILN_TARGET_AVX2 void pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y,
+template <typename R, typename T, typename Finish>
+KILN_TARGET_AVX2 void pool_channels_inner(const Pool2dGeometry& g, const T* x, T* y,
                                           int64_t begin, int64_t end, Finish finish) {
   const ChannelsInner v = channels_inner(g);
   for (int64_t row = begin; row < end; ++row) {
     const int64_t o = row / g.oh, oy = row % g.oh;
-    const float* image = x + o * g.h * g.w * v.block;
-    float* y_row = y + row * g.ow * v.block;
+    const T* image = x + o * g.h * g.w * v.block;
+    T* y_row = y + row * g.ow * v.block;
     for (int64_t ox = 0; ox < g.ow; ++ox) {
       for (int64_t c = 0; c < v.block; c += 8) {
-        const __m256i mask = tail_mask(std::min<int64_t>(8, v.block - c));
+        const int64_t count = std::min<int64_t>(8, v.block - c);
+        const __m256i mask = tail_mask(count);
         typename R::Vector r;
         for_each_window_element(g, oy, ox, [&](int64_t pixel) KILN_TARGET_AVX2 {
-          r.add(_mm256_maskload_ps(image + pixel * v.block + c, mask));
+          r.add(load_channels(image + pixel * v.block + c, count, mask));
         });
-        _mm256_maskstore_ps(y_row + ox * v.block + c, mask, finish(r.result(), oy, ox));
+        store_channels(y_row + ox * v.block + c, count, mask, finish(r.result(), oy, ox));
       }
     }
   }
@@ -186,6 +205,11 @@ KILN_TARGET_AVX2 void avg_pool_planes(const Pool2dGeometry& g, const float* x, f
 
 KILN_TARGET_AVX2 void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y,
                                               int64_t begin, int64_t end) {
+  pool_channels_inner<MaxReduction>(g, x, y, begin, end, UnchangedPixel{});
+}
+
+KILN_TARGET_AVX2 void max_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x,
+                                              BFloat16* y, int64_t begin, int64_t end) {
   pool_channels_inner<MaxReduction>(g, x, y, begin, end, UnchangedPixel{});
 }
 
