@@ -15,16 +15,23 @@
 //
 // A query row that attends no key (every key masked) gives zeros, as PyTorch does on the CPU.
 //
-// Kernels, best first: the fused flash-attention kernel (f32; kernels/cpu/attention.cc) with its
-// GEMM tiles in AVX-512 or in AVX2+FMA, then the reference (f32, f64), which computes each row's
-// scores, softmax and weighted sum in double.
+// bf16 q, k and v (made by fold_bf16_casts_into_widening_kernels: the builder computes bf16
+// attention in f32 between casts) give the f32 result on the widened operands rounded to bf16,
+// the bits of those casts; an additive mask is then f32, as the widened one was.
+//
+// Kernels, best first: the fused flash-attention kernel (f32, bf16; kernels/cpu/attention.cc)
+// with its GEMM tiles in AVX-512 or in AVX2+FMA, then the reference (f32, f64, bf16), which
+// computes each row's scores, softmax and weighted sum in double (bf16: the f32 reference on
+// widened operands, rounded).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/op_registry.h"
 
@@ -54,8 +61,8 @@ void infer_attention(InferContext& ctx) {
   const TensorType& q = operands[0];
   const TensorType& k = operands[1];
   const TensorType& v = operands[2];
-  ctx.check(q.dtype == DType::F32 || q.dtype == DType::F64,
-            "q, k and v must be f32 or f64, not " + std::string(dtype_name(q.dtype)) +
+  ctx.check(q.dtype == DType::F32 || q.dtype == DType::F64 || q.dtype == DType::BF16,
+            "q, k and v must be f32, f64 or bf16, not " + std::string(dtype_name(q.dtype)) +
                 "; insert a cast");
   ctx.check(k.dtype == q.dtype && v.dtype == q.dtype,
             "q, k and v must have the same dtype; insert a cast");
@@ -73,8 +80,10 @@ void infer_attention(InferContext& ctx) {
 
   if (ctx.num_inputs() == 4) {
     const TensorType& mask = ctx.input(3);
-    ctx.check(mask.dtype == DType::Bool || mask.dtype == q.dtype,
-              "attn_mask must be bool (true = attend) or " + std::string(dtype_name(q.dtype)) +
+    // bf16 attention adds its mask to f32 scores.
+    const DType additive = q.dtype == DType::BF16 ? DType::F32 : q.dtype;
+    ctx.check(mask.dtype == DType::Bool || mask.dtype == additive,
+              "attn_mask must be bool (true = attend) or " + std::string(dtype_name(additive)) +
                   " (added to the scores), not " + std::string(dtype_name(mask.dtype)));
     // Each mask dim is 1 (broadcast) or the score matrix's [..., L, S] dim there.
     Shape scores = batch;
@@ -150,36 +159,69 @@ void reference_row(const AttentionGeometry& g, const T* q, const T* k, const T* 
   for (int64_t c = 0; c < g.ev; ++c) out[c] = sum == 0 ? T(0) : T(acc[c] / sum);
 }
 
+// Each query row of every batch matrix through reference_row, rows split over threads.
+template <typename T>
+void run_reference(const AttentionGeometry& g, int threads, const T* q, const T* k, const T* v,
+                   const void* mask_operand, T* y) {
+  const auto* mask = static_cast<const char*>(mask_operand);
+  const size_t mask_element = g.mask == AttentionMask::Bool ? 1 : sizeof(T);
+  cpu::parallel_chunks(
+      g.batch_count() * g.l, g.s * (g.e + g.ev), threads, [&](int64_t begin, int64_t end) {
+        std::vector<Wide<T>> weights(static_cast<size_t>(g.s)), acc(static_cast<size_t>(g.ev));
+        for (int64_t row = begin; row < end; ++row) {
+          const int64_t b = row / g.l, i = row % g.l;
+          const void* mask_row =
+              mask ? mask + static_cast<size_t>(g.mask_offsets[b] + i * g.mask_row_stride) *
+                                mask_element
+                   : nullptr;
+          reference_row(g, q + g.q_offsets[b] + i * g.q_row_stride, k + g.k_offsets[b],
+                        v + g.v_offsets[b], mask_row, i, weights, acc,
+                        y + g.out_offsets[b] + i * g.out_row_stride);
+        }
+      });
+}
+
 template <typename T>
 std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
   return make_kernel([g = cpu::make_attention_geometry(spec), threads = spec.threads](
                          std::span<const void* const> in, std::span<void* const> out) {
-    const T* q = static_cast<const T*>(in[0]);
-    const T* k = static_cast<const T*>(in[1]);
-    const T* v = static_cast<const T*>(in[2]);
-    const auto* mask = g.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]);
-    const size_t mask_element = g.mask == AttentionMask::Bool ? 1 : sizeof(T);
-    T* y = static_cast<T*>(out[0]);
-    cpu::parallel_chunks(
-        g.batch_count() * g.l, g.s * (g.e + g.ev), threads, [&](int64_t begin, int64_t end) {
-          std::vector<Wide<T>> weights(static_cast<size_t>(g.s)), acc(static_cast<size_t>(g.ev));
-          for (int64_t row = begin; row < end; ++row) {
-            const int64_t b = row / g.l, i = row % g.l;
-            const void* mask_row =
-                mask ? mask + static_cast<size_t>(g.mask_offsets[b] + i * g.mask_row_stride) *
-                                  mask_element
-                     : nullptr;
-            reference_row(g, q + g.q_offsets[b] + i * g.q_row_stride, k + g.k_offsets[b],
-                          v + g.v_offsets[b], mask_row, i, weights, acc,
-                          y + g.out_offsets[b] + i * g.out_row_stride);
-          }
-        });
+    run_reference(g, threads, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+                  static_cast<const T*>(in[2]), g.mask == AttentionMask::None ? nullptr : in[3],
+                  static_cast<T*>(out[0]));
+  });
+}
+
+int64_t element_count(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t d : sizes) n *= d;
+  return n;
+}
+
+// bf16: the f32 reference on widened copies of q, k and v, its result rounded.
+std::unique_ptr<KernelInstance> create_bf16_reference(const KernelSpec& spec) {
+  std::array<int64_t, 3> in_counts{};
+  for (size_t i = 0; i < 3; ++i) in_counts[i] = element_count(spec.input_sizes(i));
+  return make_kernel([g = cpu::make_attention_geometry(spec), threads = spec.threads, in_counts,
+                      out_count = element_count(spec.output_sizes(0))](
+                         std::span<const void* const> in, std::span<void* const> out) {
+    std::array<std::vector<float>, 3> wide;
+    for (size_t i = 0; i < 3; ++i) {
+      wide[i].resize(static_cast<size_t>(in_counts[i]));
+      cpu::widen_bf16_row(static_cast<const cpu::BFloat16*>(in[i]), wide[i].data(),
+                          in_counts[i]);
+    }
+    std::vector<float> y(static_cast<size_t>(out_count));
+    run_reference(g, threads, wide[0].data(), wide[1].data(), wide[2].data(),
+                  g.mask == AttentionMask::None ? nullptr : in[3], y.data());
+    cpu::narrow_to_bf16_row(y.data(), static_cast<cpu::BFloat16*>(out[0]), out_count);
   });
 }
 
 #ifdef KILN_X86
 std::string flash_unsupported(const KernelSpec& spec) {
-  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+  // bf16 is widened in the kernel.
+  const DType dtype = spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype;
+  return cpu::avx2_f32_unsupported_reason(dtype);
 }
 std::string flash_avx512_unsupported(const KernelSpec& spec) {
   if (!cpu::has_avx512f()) return "the CPU lacks AVX-512";
@@ -204,9 +246,11 @@ void register_attention_ops(OpRegistry& registry) {
 #endif
   def.kernels.push_back({"reference", "native", [](const KernelSpec&) { return std::string(); },
                          [](const KernelSpec& spec) {
-                           return spec.inputs[0].dtype == DType::F32
-                                      ? create_reference<float>(spec)
-                                      : create_reference<double>(spec);
+                           switch (spec.inputs[0].dtype) {
+                             case DType::F32: return create_reference<float>(spec);
+                             case DType::BF16: return create_bf16_reference(spec);
+                             default: return create_reference<double>(spec);
+                           }
                          }});
   registry.add(std::move(def));
 }

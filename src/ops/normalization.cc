@@ -4,7 +4,7 @@
 //   layer_norm(x, [weight, [bias]]; normalized_ndim = 1, eps = 1e-5)
 //     normalizes over the last normalized_ndim dims; weight and bias, when given, have exactly
 //     those dims (PyTorch's elementwise_affine; weight alone is bias=False). A bf16 layer_norm
-//     (made by fold_bf16_casts_into_norms_and_max_pool; the builder computes bf16 in f32 between
+//     (made by fold_bf16_casts_into_widening_kernels; the builder computes bf16 in f32 between
 //     casts) gives the f32 result rounded to bf16: the same bits as those casts.
 //
 // Reference kernels compute in double for f32 (the yardstick for the AVX2 kernels).

@@ -15,7 +15,7 @@
 // input or the left padding, count_include_pad counting the declared padding but not what
 // ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
 //
-// max_pool2d also takes bf16 (made by fold_bf16_casts_into_norms_and_max_pool, which drops the
+// max_pool2d also takes bf16 (made by fold_bf16_casts_into_widening_kernels, which drops the
 // casts the builder puts around it: the maximum of widened values is exact), computed in f32 and
 // rounded, as between casts.
 //

@@ -7,7 +7,7 @@
 //
 // Both kernels form the sum of squares, the root and the scaling in double and round once; the
 // reference is the yardstick of the AVX2 kernel (beside layer norm's in normalization_avx2.cc).
-// A bf16 rms_norm (made by fold_bf16_casts_into_norms_and_max_pool; the builder computes bf16 in
+// A bf16 rms_norm (made by fold_bf16_casts_into_widening_kernels; the builder computes bf16 in
 // f32 between casts) gives the f32 result, with f32's eps for the marker, rounded to bf16: those casts' bits.
 #include <array>
 #include <cmath>

@@ -45,7 +45,8 @@ std::vector<Value*> fold_inputs(Graph& g, const Match& m) {
     inputs[i] = m[kCaptures[i]];
     attrs[kHeadsSecondLastAttrs[i]] = !m.root->attr_bool(kHeadsSecondLastAttrs[i]);
   }
-  return {g.add(kAttention, inputs, std::move(attrs), m.root->name())};
+  // Uncast: a bf16 attention (fold_bf16_casts_into_widening_kernels) stays one.
+  return {g.add_uncast(kAttention, inputs, std::move(attrs), m.root->name())};
 }
 
 // The permute of the output: the attention writes the permuted arrangement itself.
@@ -53,7 +54,7 @@ std::vector<Value*> fold_output(Graph& g, const Match& m) {
   const Node& attention = *m.node("attention");
   AttrMap attrs = attention.attrs();
   attrs[kHeadsSecondLastAttrs[3]] = !attention.attr_bool(kHeadsSecondLastAttrs[3]);
-  return {g.add(kAttention, attention.inputs(), std::move(attrs), m.root->name())};
+  return {g.add_uncast(kAttention, attention.inputs(), std::move(attrs), m.root->name())};
 }
 
 }  // namespace

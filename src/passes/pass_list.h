@@ -18,7 +18,7 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul(bool native_bf16);
 std::unique_ptr<Pass> make_fold_bf16_casts_into_conv();
 std::unique_ptr<Pass> make_fold_bf16_casts_into_conv(bool native_bf16);
 // Layer and RMS norms between bf16 casts read and write bf16 themselves (every CPU).
-std::unique_ptr<Pass> make_fold_bf16_casts_into_norms_and_max_pool();
+std::unique_ptr<Pass> make_fold_bf16_casts_into_widening_kernels();
 std::unique_ptr<Pass> make_fold_transpose_into_matmul();
 std::unique_ptr<Pass> make_constant_folding();
 std::unique_ptr<Pass> make_algebraic_simplification();

@@ -11,7 +11,7 @@ PassPipeline default_pipeline() {
   p.begin_fixed_point("simplify");
   p.add(make_fold_bf16_casts_into_matmul());  // before folding would widen bf16 weights
   p.add(make_fold_bf16_casts_into_conv());
-  p.add(make_fold_bf16_casts_into_norms_and_max_pool());
+  p.add(make_fold_bf16_casts_into_widening_kernels());
   p.add(make_fold_transpose_into_matmul());  // before folding would copy transposed weights
   p.add(make_constant_folding());
   p.add(make_algebraic_simplification());
@@ -24,12 +24,12 @@ PassPipeline default_pipeline() {
   p.add(make_fuse_decomposed_gelu());
   p.add(make_fuse_decomposed_layer_norm());
   p.add(make_fuse_decomposed_rms_norm());
-  // Again, for the norms recognized just above.
-  p.add(make_fold_bf16_casts_into_norms_and_max_pool());
   p.add(make_fuse_decomposed_softmax());
   p.add(make_fuse_decomposed_attention());
   p.add(make_move_casts_across_head_permutes());
   p.add(make_fold_permute_into_attention());
+  // Again, for the norms recognized above and attention with its head permutes folded.
+  p.add(make_fold_bf16_casts_into_widening_kernels());
   p.add(make_fold_linear_batch_norm());
   p.add(make_fuse_matmul_epilogue());
   p.add(make_fold_pad_into_conv());

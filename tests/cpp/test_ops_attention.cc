@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "kernels/cpu/float16.h"
 #include "ops_test_util.h"
 
 namespace kiln {
@@ -304,7 +305,7 @@ TEST(OpsAttention, ShapeInferenceFailuresNameTheShapes) {
   fails_with({q, input(DType::F32, {2, 7, 6}), v}, "q's and k's last dims (E) differ: 8 vs 6");
   fails_with({q, k, input(DType::F32, {2, 6, 4})}, "(S, the number of keys) differ: 7 vs 6");
   fails_with({q, k, input(DType::F32, {3, 7, 4})}, "can't be broadcast together");
-  fails_with({input(DType::I64, {2, 5, 8}), k, v}, "must be f32 or f64, not i64");
+  fails_with({input(DType::I64, {2, 5, 8}), k, v}, "must be f32, f64 or bf16, not i64");
   fails_with({q, k, input(DType::F64, {2, 7, 4})}, "same dtype");
   fails_with({input(DType::F32, {8}), k, v}, "at least two dims");
   fails_with({q, k, v, input(DType::I64, {5, 7})}, "attn_mask must be bool (true = attend) or f32");
@@ -677,6 +678,84 @@ TEST(OpsAttention, HeadsSecondLastMatchesDenseOperands) {
     p.with_mask({17, 3}, DType::Bool).with_causal(flags % 2 == 1);
     expect_heads_second_last_matches(p, flags, rng);
   }
+}
+
+// ---------------------------------------------------------------- bf16
+
+// bf16 attention (what fold_bf16_casts_into_widening_kernels makes) is each kernel's f32 result
+// on the widened q, k and v rounded to bf16: the bits of the casts it replaces, NaNs included;
+// its additive mask is f32. Decoding rows, several key blocks, odd E and Ev, causal, bool and
+// additive masks, heads second last.
+TEST(OpsAttention, Bf16IsTheF32OneBetweenCasts) {
+  std::mt19937 rng(43);
+  std::vector<std::string> kernels = {"reference"};
+  for (const char* kernel : {"flash", "flash_avx512"})
+    if (available(kernel)) kernels.push_back(kernel);
+  int index = 0;
+  for (int64_t l : {1, 2, 17, 197})
+    for (int64_t s : {1, 70, 197})
+      for (int64_t e : {64, 13})
+        for (bool causal : {false, true}) {
+          const int64_t ev = std::array<int64_t, 3>{e, 20, 13}[index % 3];
+          Problem p({2, 3, l, e}, {2, 3, s, e}, {2, 3, s, ev});
+          p.with_causal(causal).with_scale(index % 2 ? 0.3 : 0.0);
+          if (index % 3 != 2) {
+            const std::vector<int64_t> mask_shapes[] = {{l, s}, {2, 1, 1, s}};
+            p.with_mask(mask_shapes[index % 3], index % 4 < 2 ? DType::Bool : DType::F32);
+          }
+          // Heads second last for q and the output every other problem, as in a transformer.
+          const bool heads_second_last = index % 2 == 1;
+          SCOPED_TRACE(p.name() + (heads_second_last ? " heads second last" : ""));
+          std::vector<Tensor> wide = random_inputs(p, rng);
+          for (int i = 0; i < 3; ++i) {
+            if (index % 5 == 0) test::sprinkle_extremes(wide[i], rng);
+            if (heads_second_last && i == 0) wide[i] = swap_heads(wide[i]);
+          }
+          std::vector<Tensor> narrow = wide;
+          std::vector<TensorType> wide_types, narrow_types;
+          for (size_t i = 0; i < wide.size(); ++i) {
+            if (i < 3) {
+              narrow[i] = Tensor::empty(DType::BF16, wide[i].sizes());
+              for (int64_t j = 0; j < wide[i].numel(); ++j) {
+                narrow[i].data<cpu::BFloat16>()[j] = cpu::to_bfloat16(wide[i].data<float>()[j]);
+                wide[i].data<float>()[j] = cpu::to_float(narrow[i].data<cpu::BFloat16>()[j]);
+              }
+            }
+            wide_types.push_back(type_of(wide[i].dtype(), wide[i].sizes()));
+            narrow_types.push_back(type_of(narrow[i].dtype(), narrow[i].sizes()));
+          }
+          AttrMap attrs = p.attrs();
+          if (heads_second_last) attrs[kHeadsSecondLast[0]] = attrs[kHeadsSecondLast[3]] = true;
+          // Uncast, as the pass adds it (the builder would put the casts around it).
+          Graph bf16_graph;
+          std::vector<Value*> bf16_inputs;
+          for (size_t i = 0; i < narrow_types.size(); ++i)
+            bf16_inputs.push_back(bf16_graph.add_input("in" + std::to_string(i), narrow_types[i]));
+          const Node& bf16_node = *bf16_graph.add_uncast(kOp, bf16_inputs, attrs)->producer();
+          OneNode f32_node(kOp, wide_types, attrs);
+          for (const std::string& kernel : kernels) {
+            SCOPED_TRACE(kernel);
+            const Tensor got = test::run_kernel(bf16_node, kernel, narrow, 2)[0];
+            const Tensor f32 = test::run_kernel(*f32_node.node, kernel, wide)[0];
+            ASSERT_EQ(got.dtype(), DType::BF16);
+            ASSERT_EQ(got.sizes(), f32.sizes());
+            for (int64_t i = 0; i < got.numel(); ++i)
+              ASSERT_EQ(got.data<cpu::BFloat16>()[i].bits,
+                        cpu::to_bfloat16(f32.data<float>()[i]).bits)
+                  << "element " << i;
+          }
+          ++index;
+        }
+  // The additive mask of bf16 attention is f32 (the widened mask), not bf16.
+  Graph g;
+  Value* q = g.add_input("q", type_of(DType::BF16, {2, 4}));
+  Value* m = g.add_input("m", type_of(DType::BF16, {2, 3}));
+  std::string message;
+  auto add = [&] { g.add_uncast(kOp, {q, g.add_input("k", type_of(DType::BF16, {3, 4})),
+                                      g.add_input("v", type_of(DType::BF16, {3, 4})), m}, {}); };
+  EXPECT_EQ(test::error_code_of(add, &message), ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("attn_mask must be bool (true = attend) or f32"), std::string::npos)
+      << message;
 }
 
 // ---------------------------------------------------------------- through the executor

@@ -208,7 +208,7 @@ TEST(OpsNormalization, Avx2LayerNormMatchesReference) {
   }
 }
 
-// A bf16 layer or RMS norm (what fold_bf16_casts_into_norms_and_max_pool makes) is each kernel's
+// A bf16 layer or RMS norm (what fold_bf16_casts_into_widening_kernels makes) is each kernel's
 // f32 result on the widened inputs rounded to bf16: the bits of the casts it replaces, NaNs and
 // all.
 TEST(OpsNormalization, Bf16NormsAreTheF32OnesBetweenCasts) {

@@ -309,7 +309,7 @@ TEST(OpsPooling, Avx2MaxPoolMatchesReference) {
     for (bool extremes : {false, true}) check_kernel("max_pool2d", "avx2", c, rng, extremes);
 }
 
-// A bf16 max pooling (what fold_bf16_casts_into_norms_and_max_pool makes) is the f32 one on the
+// A bf16 max pooling (what fold_bf16_casts_into_widening_kernels makes) is the f32 one on the
 // widened input rounded to bf16, the bits of the casts it replaces, NaNs included: in every
 // layout, through each kernel that takes it, and through the 8-lane loop on AVX-512 CPUs too.
 TEST(OpsPooling, Bf16MaxPoolIsTheF32OneBetweenCasts) {

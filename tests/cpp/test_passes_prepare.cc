@@ -158,15 +158,17 @@ graph @g {
 })");
 }
 
-// A bf16 model's layer and RMS norms and max poolings likewise read and write bf16 themselves
-// (on every CPU), with each count of operands, when the f32 result is only rounded back; one
-// whose f32 result has another use keeps its casts.
-TEST(FoldBf16CastsIntoNormsAndMaxPool, OpsBetweenCastsReadAndWriteBf16) {
-  auto pass = make_fold_bf16_casts_into_norms_and_max_pool();
+// A bf16 model's layer and RMS norms, max poolings and attention likewise read and write bf16
+// themselves (on every CPU), with each count of operands, when the f32 result is only rounded
+// back (attention's mask staying as it is); one whose f32 result has another use keeps its casts.
+TEST(FoldBf16CastsIntoWideningKernels, OpsBetweenCastsReadAndWriteBf16) {
+  auto pass = make_fold_bf16_casts_into_widening_kernels();
   expect_rewrite(*pass, R"(
 graph @g {
   input %x : bf16[2, 3]
   input %p : bf16[1, 2, 4, 4]
+  input %a : bf16[2, 4, 8]
+  input %mask : f32[4, 4]
   const %w : bf16[3] = [1, 2, 3]
   const %b : bf16[3] = [0.5, -0.25, 1]
   %x32 = to(%x) {dtype = "f32"}
@@ -187,12 +189,19 @@ graph @g {
   %p32 = to(%p) {dtype = "f32"}
   %m = max_pool2d(%p32) {kernel_size = [2]}
   %m16 = to(%m) {dtype = "bf16"}
-  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16
+  %a32 = to(%a) {dtype = "f32"}
+  %s = scaled_dot_product_attention(%a32, %a32, %a32)
+  %s16 = to(%s) {dtype = "bf16"}
+  %sm = scaled_dot_product_attention(%a32, %a32, %a32, %mask) {is_causal = true}
+  %sm16 = to(%sm) {dtype = "bf16"}
+  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %s16, %sm16
 })",
                  R"(
 graph @g {
   input %x : bf16[2, 3]
   input %p : bf16[1, 2, 4, 4]
+  input %a : bf16[2, 4, 8]
+  input %mask : f32[4, 4]
   const %w : bf16[3] = [1, 2, 3]
   const %b : bf16[3] = [0.5, -0.25, 1]
   %x32 : f32[2, 3] = to(%x) {dtype = "f32"}
@@ -204,7 +213,9 @@ graph @g {
   %r16_1 : bf16[2, 3] = rms_norm(%x, %w)
   %q16_1 : bf16[2, 3] = rms_norm(%x) {eps = 1e-05}
   %m16_1 : bf16[1, 2, 2, 2] = max_pool2d(%p) {kernel_size = [2]}
-  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1
+  %s16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a)
+  %sm16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a, %mask) {is_causal = true}
+  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1, %s16_1, %sm16_1
 })");
 }
 

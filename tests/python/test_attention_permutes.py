@@ -44,7 +44,9 @@ def count_head_permutes(dumps):
     return sum(1 for line in dumps.splitlines() if "= permute(" in line and HEAD_PERMUTE in line)
 
 
-@pytest.mark.parametrize("model_id", ["gpt2", "vit-b16"])
+# In bf16, attention reads and writes bf16 (fold_bf16_casts_into_widening_kernels) with the
+# permutes folded all the same.
+@pytest.mark.parametrize("model_id", ["gpt2", "vit-b16", "gpt2:bf16", "vit-b16:bf16"])
 def test_head_permutes_fold_into_attention(monkeypatch, tmp_path, model_id):
     model, x = models.build(model_id, "small", 2)
     folded, dumps = compile_and_run(monkeypatch, model, x, tmp_path / "folded")
@@ -58,6 +60,9 @@ def test_head_permutes_fold_into_attention(monkeypatch, tmp_path, model_id):
     assert count_head_permutes(dumps) == 0, dumps
     for flag in ("q", "k", "v", "out"):
         assert dumps.count(f"{flag}_heads_second_last = true") == LAYERS, dumps
+    if model_id.endswith(":bf16"):
+        attention = [line for line in dumps.splitlines() if "= scaled_dot_product_attention(" in line]
+        assert all(" : bf16[" in line for line in attention), dumps
 
     # Only addressing changed: the same bits.
     assert torch.equal(folded, unfolded)

@@ -237,7 +237,7 @@ def test_bf16_conv_blocks_become_convolutions(block, tmp_path):
 
 
 # bf16 layer and RMS norms between linear layers read and write bf16 themselves
-# (fold_bf16_casts_into_norms_and_max_pool, every CPU): no cast is left around them, and each
+# (fold_bf16_casts_into_widening_kernels, every CPU): no cast is left around them, and each
 # result is the f32 one rounded once, as with the casts (tests/cpp/test_ops_normalization.cc).
 def test_bf16_norms_read_and_write_bf16(tmp_path):
     torch.manual_seed(3)
@@ -257,7 +257,7 @@ def test_bf16_norms_read_and_write_bf16(tmp_path):
     check_model(model, x, factor=2)
 
 
-# bf16 max pooling reads and writes bf16 too (fold_bf16_casts_into_norms_and_max_pool, every
+# bf16 max pooling reads and writes bf16 too (fold_bf16_casts_into_widening_kernels, every
 # CPU): ResNet's stem keeps no cast around it, and with AVX512-BF16 it stays in the convolutions'
 # layout; a pooling alone, on NaNs and infinities, gives eager's bits.
 def test_bf16_max_pool_reads_and_writes_bf16(tmp_path):
@@ -285,6 +285,37 @@ def test_bf16_max_pool_reads_and_writes_bf16(tmp_path):
     with torch.no_grad():
         got = compile_kiln(pool_alone)(y)
     torch.testing.assert_close(got, pool_alone(y), rtol=0, atol=0, equal_nan=True)
+
+
+# bf16 attention reads and writes bf16 too (fold_bf16_casts_into_widening_kernels, every CPU),
+# with each kind of mask: an additive bf16 mask is widened and added to the f32 scores.
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "additive"])
+def test_bf16_attention_reads_and_writes_bf16(mask, tmp_path):
+    torch.manual_seed(8)
+    q, k, v = (torch.randn(2, 3, 37, 16).to(torch.bfloat16) for _ in range(3))
+    masks = {"bool": torch.rand(37, 37) > 0.2, "additive": torch.randn(37, 37).to(torch.bfloat16)}
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=masks.get(mask),
+                                              is_causal=mask == "causal")
+
+    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
+                                   "debug.graph_dump.path": str(tmp_path / "dump")})
+    with torch.no_grad():
+        got = torch.compile(attention, backend="kiln", fullgraph=True, options=options)(q, k, v)
+        eager = attention(q, k, v)
+        truth = F.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), is_causal=mask == "causal",
+            attn_mask=masks[mask].double() if mask == "additive" else masks.get(mask))
+    [final] = (tmp_path / "dump").glob("*_select.txt")
+    lines = final.read_text().splitlines()
+    [node] = [line for line in lines if "= scaled_dot_product_attention(" in line]
+    assert " : bf16[2, 3, 37, 16]" in node, lines
+    assert not any("= to(" in line and "bf16" in line.split("=")[0] for line in lines), lines
+    assert got.dtype == torch.bfloat16
+    kiln_error = (got.double() - truth).abs().max().item()
+    eager_error = (eager.double() - truth).abs().max().item()
+    assert kiln_error <= 2 * eager_error, (kiln_error, eager_error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])

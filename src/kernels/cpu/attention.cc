@@ -11,6 +11,10 @@
 // heads second last ([B, S, H, E], straight from the projections): the head permutes around
 // attention fold into the node (fold_permute_into_attention) and the arithmetic stays the same.
 //
+// bf16 q, k and v (with f32 or bool masks) are widened block by block into the task's workspace
+// and the f32 arithmetic runs there; each output row is rounded to bf16 at the end: the bits of
+// the f32 kernel between casts, without the casts' passes over the tensors.
+//
 // The GEMMs are Kiln's own AVX2 micro-kernels (6 x 16 register tiles) rather than cblas_sgemm
 // per block: on one Zen 4 core they reach about 100 GFLOP/s for q k^T (transposing the keys
 // included) and 110 for P v, where cblas_sgemm on the same 48 x 64 x 64 blocks reached 81 and
@@ -27,6 +31,7 @@
 
 #include "kernels/cpu/parallel_chunks.h"
 #ifdef KILN_X86
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/vec_math_avx2.h"
 #endif
 
@@ -402,29 +407,50 @@ struct Workspace {
   float* row_sum;    // [kBlockQ]
   float* alpha;      // [kBlockQ]: this step's rescale of o
   int64_t o_stride;  // ev rounded up to whole vectors
+  // bf16 operands only (null otherwise): the task's query rows, the key and value blocks
+  // widened to f32 (rows E, E and ev apart), and the output rows before rounding (ev apart).
+  float* q32 = nullptr;
+  float* k32 = nullptr;
+  float* v32 = nullptr;
+  float* y32 = nullptr;
 
   // Floats per thread for a geometry, and the layout within them (each part 64-byte aligned
   // relative to the slot).
-  static int64_t floats(const AttentionGeometry& g) {
-    return round_up(g.e * kBlockK, 16) + kBlockQ * kBlockK + kBlockQ * round_up(g.ev, 8) +
-           3 * round_up(kBlockQ, 16);
+  static int64_t floats(const AttentionGeometry& g, bool bf16) {
+    const int64_t f32 = round_up(g.e * kBlockK, 16) + kBlockQ * kBlockK +
+                        kBlockQ * round_up(g.ev, 8) + 3 * round_up(kBlockQ, 16);
+    if (!bf16) return f32;
+    return f32 + round_up(kBlockQ * g.e, 16) + round_up(kBlockK * g.e, 16) +
+           round_up(kBlockK * g.ev, 16) + round_up(kBlockQ * g.ev, 16);
   }
-  Workspace(const AttentionGeometry& g, float* slot) : o_stride(round_up(g.ev, 8)) {
+  Workspace(const AttentionGeometry& g, bool bf16, float* slot) : o_stride(round_up(g.ev, 8)) {
     kt = slot;
     p = kt + round_up(g.e * kBlockK, 16);
     o = p + kBlockQ * kBlockK;
     row_max = o + kBlockQ * o_stride;
     row_sum = row_max + round_up(kBlockQ, 16);
     alpha = row_sum + round_up(kBlockQ, 16);
+    if (!bf16) return;
+    q32 = alpha + round_up(kBlockQ, 16);
+    k32 = q32 + round_up(kBlockQ * g.e, 16);
+    v32 = k32 + round_up(kBlockK * g.e, 16);
+    y32 = v32 + round_up(kBlockK * g.ev, 16);
   }
 };
 
+// `rows` rows of n bf16 values `stride` apart, widened into dense f32 rows of n.
+KILN_TARGET_AVX2 void widen_rows(const BFloat16* x, int64_t stride, int64_t rows, int64_t n,
+                                 float* out) {
+  for (int64_t r = 0; r < rows; ++r) avx2::widen_bf16_row(x + r * stride, out + r * n, n);
+}
+
+// f32 or bf16, as the kernel's dtype says.
 struct Operands {
-  const float* q;
-  const float* k;
-  const float* v;
+  const void* q;
+  const void* k;
+  const void* v;
   const void* mask;
-  float* out;
+  void* out;
 };
 
 // Reads the mask for 8 keys of one query row: which to keep (bool) or what to add (additive).
@@ -536,11 +562,12 @@ KILN_TARGET_AVX512 inline __m512 exp_nonpositive16(__m512 x) {
 
 class FlashAttention final : public KernelInstance {
  public:
-  FlashAttention(AttentionGeometry g, int threads, bool avx512)
+  FlashAttention(AttentionGeometry g, int threads, bool avx512, bool bf16)
       : g_(std::move(g)),
         threads_(std::max(threads, 1)),
-        slot_floats_(Workspace::floats(g_)),
-        avx512_(avx512) {}
+        slot_floats_(Workspace::floats(g_, bf16)),
+        avx512_(avx512),
+        bf16_(bf16) {}
 
   size_t scratch_bytes() const override {
     return static_cast<size_t>(threads_) * static_cast<size_t>(slot_floats_) * sizeof(float);
@@ -548,10 +575,8 @@ class FlashAttention final : public KernelInstance {
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {
-    const Operands ops{static_cast<const float*>(inputs[0]), static_cast<const float*>(inputs[1]),
-                       static_cast<const float*>(inputs[2]),
-                       g_.mask == AttentionMask::None ? nullptr : inputs[3],
-                       static_cast<float*>(outputs[0])};
+    const Operands ops{inputs[0], inputs[1], inputs[2],
+                       g_.mask == AttentionMask::None ? nullptr : inputs[3], outputs[0]};
     if (g_.l == 0 || g_.ev == 0 || g_.batch_count() == 0) return;
     const int64_t row_blocks = (g_.l + kBlockQ - 1) / kBlockQ;
     const int64_t tasks = g_.batch_count() * row_blocks;
@@ -562,26 +587,43 @@ class FlashAttention final : public KernelInstance {
     // Dynamic: causal tasks near the top of the matrix are cheaper than those near the bottom.
 #pragma omp parallel for num_threads(team) if (team > 1) schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
-      Workspace ws(g_, slots + omp_get_thread_num() * slot_floats_);
+      Workspace ws(g_, bf16_, slots + omp_get_thread_num() * slot_floats_);
       run_task(ops, t / row_blocks, (t % row_blocks) * kBlockQ, ws);
     }
   }
 
  private:
+  // Rows of an operand from `offset` on, `stride` apart, as f32: in place, or (bf16) widened
+  // into `buffer`, where they are `n` apart.
+  struct Rows {
+    const float* data;
+    int64_t stride;
+  };
+  KILN_TARGET_AVX2 Rows f32_rows(const void* operand, int64_t offset, int64_t stride,
+                                 int64_t rows, int64_t n, float* buffer) const {
+    if (!bf16_) return {static_cast<const float*>(operand) + offset, stride};
+    widen_rows(static_cast<const BFloat16*>(operand) + offset, stride, rows, n, buffer);
+    return {buffer, n};
+  }
+
   // Query rows [i0, i0 + kBlockQ) of batch matrix b.
   KILN_TARGET_AVX2 void run_task(const Operands& ops, int64_t b, int64_t i0,
                                  Workspace& ws) const {
     const int64_t rows = std::min(kBlockQ, g_.l - i0);
-    const int64_t qs = g_.q_row_stride, ks = g_.k_row_stride;
-    const float* q = ops.q + g_.q_offsets[b] + i0 * qs;
-    float* out = ops.out + g_.out_offsets[b] + i0 * g_.out_row_stride;
+    const Rows q_rows = f32_rows(ops.q, g_.q_offsets[b] + i0 * g_.q_row_stride, g_.q_row_stride,
+                                 rows, g_.e, ws.q32);
+    const float* q = q_rows.data;
+    const int64_t qs = q_rows.stride;
     // Causal: keys past the last row are masked for every row of the block.
     const int64_t key_end = g_.causal ? std::min(g_.s, i0 + rows) : g_.s;
     std::fill_n(ws.row_max, rows, -INFINITY);
     std::fill_n(ws.row_sum, rows, 0.0f);
     for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
       const int64_t keys = std::min(kBlockK, key_end - j0);
-      const float* k = ops.k + g_.k_offsets[b] + j0 * ks;
+      const Rows k_rows = f32_rows(ops.k, g_.k_offsets[b] + j0 * g_.k_row_stride,
+                                   g_.k_row_stride, keys, g_.e, ws.k32);
+      const float* k = k_rows.data;
+      const int64_t ks = k_rows.stride;
       if (rows < kTileRows) {
         int64_t r = 0;
         for (; r + 2 <= rows; r += 2)
@@ -614,11 +656,21 @@ class FlashAttention final : public KernelInstance {
                   : online_softmax<AttentionMask::Additive>(ops, b, i0, rows, j0, keys, ws);
           break;
       }
-      const float* v = ops.v + g_.v_offsets[b] + j0 * g_.v_row_stride;
+      const Rows v = f32_rows(ops.v, g_.v_offsets[b] + j0 * g_.v_row_stride, g_.v_row_stride,
+                              keys, g_.ev, ws.v32);
       if (avx512_) accumulate_values_avx512(v, rows, keys, j0 == 0, ws);
       else accumulate_values(v, rows, keys, j0 == 0, ws);
     }
-    normalize(rows, key_end > 0, ws, out);
+    const int64_t out_offset = g_.out_offsets[b] + i0 * g_.out_row_stride;
+    if (!bf16_) {
+      normalize(rows, key_end > 0, ws, static_cast<float*>(ops.out) + out_offset,
+                g_.out_row_stride);
+      return;
+    }
+    normalize(rows, key_end > 0, ws, ws.y32, g_.ev);
+    auto* out = static_cast<BFloat16*>(ops.out) + out_offset;
+    for (int64_t r = 0; r < rows; ++r)
+      avx2::narrow_to_bf16_row(ws.y32 + r * g_.ev, out + r * g_.out_row_stride, g_.ev);
   }
 
   // Turns the scores of keys [j0, j0 + keys) into exp(x - m) in place, x the scaled and masked
@@ -724,7 +776,7 @@ class FlashAttention final : public KernelInstance {
   }
 
   // o = alpha o + p v for the block's keys, in tiles of 16 columns of v and a narrower last one.
-  KILN_TARGET_AVX2 void accumulate_values(const float* v, int64_t rows, int64_t keys, bool first,
+  KILN_TARGET_AVX2 void accumulate_values(Rows v, int64_t rows, int64_t keys, bool first,
                                           Workspace& ws) const {
     const int64_t ev = g_.ev;
     const int64_t whole = ev - ev % 16, rest = ev - whole;
@@ -736,7 +788,7 @@ class FlashAttention final : public KernelInstance {
         const float* alpha = ws.alpha + r;
         float* o = ws.o + r * ws.o_stride;
         auto tile = [&](auto fn, int64_t c) KILN_TARGET_AVX2 {
-          fn(p, keys, v + c, g_.v_row_stride, tail, alpha, first, o + c, ws.o_stride);
+          fn(p, keys, v.data + c, v.stride, tail, alpha, first, o + c, ws.o_stride);
         };
         for (int64_t c = 0; c < whole; c += 16) tile(weighted_values_tile<R, 2, false>, c);
         if (rest > 8) tile(weighted_values_tile<R, 2, true>, whole);
@@ -746,7 +798,7 @@ class FlashAttention final : public KernelInstance {
   }
 
   // accumulate_values in 64 columns of v at a time.
-  KILN_TARGET_AVX512 void accumulate_values_avx512(const float* v, int64_t rows, int64_t keys,
+  KILN_TARGET_AVX512 void accumulate_values_avx512(Rows v, int64_t rows, int64_t keys,
                                                    bool first, Workspace& ws) const {
     for (int64_t r = 0; r < rows; r += kTileRows)
       with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX512 {
@@ -757,7 +809,7 @@ class FlashAttention final : public KernelInstance {
           with_constant<4>(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
             weighted_values_tile_avx512<decltype(rows_constant)::value,
                                         decltype(vectors_constant)::value>(
-                ws.p + r * kBlockK, keys, v + c, g_.v_row_stride, last, ws.alpha + r, first,
+                ws.p + r * kBlockK, keys, v.data + c, v.stride, last, ws.alpha + r, first,
                 ws.o + r * ws.o_stride + c, ws.o_stride);
           });
         }
@@ -765,14 +817,15 @@ class FlashAttention final : public KernelInstance {
   }
 
   // out = o / l; rows that attended no key (l = 0, or no keys at all) are 0, as in PyTorch.
-  KILN_TARGET_AVX2 void normalize(int64_t rows, bool any_keys, const Workspace& ws,
-                                  float* out) const {
+  // Row strides: out out_stride.
+  KILN_TARGET_AVX2 void normalize(int64_t rows, bool any_keys, const Workspace& ws, float* out,
+                                  int64_t out_stride) const {
     const int64_t ev = g_.ev;
     const int64_t full = ev - ev % 8;
     const __m256i tail = avx2::tail_mask(ev - full);
     for (int64_t r = 0; r < rows; ++r) {
       const float l = any_keys ? ws.row_sum[r] : 0.0f;
-      float* y = out + r * g_.out_row_stride;
+      float* y = out + r * out_stride;
       if (l == 0) {
         std::fill_n(y, ev, 0.0f);
         continue;
@@ -790,16 +843,19 @@ class FlashAttention final : public KernelInstance {
   int threads_;
   int64_t slot_floats_;
   bool avx512_;  // the GEMM tiles in AVX-512 (the rest stays AVX2)
+  bool bf16_;    // q, k, v and out bf16 (widened in the workspace), else f32
 };
 
 }  // namespace
 
 std::unique_ptr<KernelInstance> create_flash_attention(const KernelSpec& spec) {
-  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads, false);
+  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads, false,
+                                          spec.inputs[0].dtype == DType::BF16);
 }
 
 std::unique_ptr<KernelInstance> create_flash_attention_avx512(const KernelSpec& spec) {
-  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads, true);
+  return std::make_unique<FlashAttention>(make_attention_geometry(spec), spec.threads, true,
+                                          spec.inputs[0].dtype == DType::BF16);
 }
 #endif  // KILN_X86
 
