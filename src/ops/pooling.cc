@@ -15,24 +15,29 @@
 // input or the left padding, count_include_pad counting the declared padding but not what
 // ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
 //
-// max_pool2d also takes bf16 (made by fold_bf16_casts_into_widening_kernels, which drops the
-// casts the builder puts around it: the maximum of widened values is exact), computed in f32 and
-// rounded, as between casts.
+// max_pool2d and avg_pool2d also take bf16 (made by fold_bf16_casts_into_widening_kernels, which
+// drops the casts the builder puts around them): each kernel's f32 result on the widened input,
+// rounded, as between casts (a maximum exactly).
 //
 // Kernels, best first: for max, AVX2 (f32 in every layout, bf16 in channels-inner ones; 16 lanes
-// on AVX-512; oneDNN's max pooling drops NaNs); for
-// averages, the AVX2 global average (adaptive to 1x1, f32), oneDNN where it has a jit kernel
-// (f32; plain NCHW has one only with AVX-512), AVX2 (f32, every layout); then the reference loops
-// (every dtype PyTorch takes; f32 sums in double; other layouts through plain copies).
+// on AVX-512; oneDNN's max pooling drops NaNs); for averages, the AVX2 global average (adaptive
+// to 1x1, f32), oneDNN where it has a jit kernel (f32; plain NCHW has one only with AVX-512),
+// AVX2 (f32 in every layout, bf16 in channels-inner ones); then the reference loops (every dtype
+// PyTorch takes; f32 sums in double; other layouts through plain copies; bf16 averages through
+// the f32 loops).
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 
+#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/channel_stats_avx2.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
@@ -141,7 +146,7 @@ void infer_max_pool2d(InferContext& ctx) {
 }
 
 void infer_avg_pool2d(InferContext& ctx) {
-  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64, DType::I64});
+  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64, DType::BF16, DType::I64});
   infer_window_pool(ctx, /*has_dilation=*/false);
 }
 
@@ -381,7 +386,51 @@ std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec
   return typed_kernel(spec, pool_geometry(spec, true), run);
 }
 
+// A bf16 kernel from the f32 one: x widened into the scratch (in its layout), the f32 kernel run
+// there, its result rounded into y.
+class Bf16ThroughF32 final : public KernelInstance {
+ public:
+  Bf16ThroughF32(std::unique_ptr<KernelInstance> f32, int64_t x_count, int64_t y_count)
+      : f32_(std::move(f32)), x_count_(x_count), y_count_(y_count) {}
+
+  size_t scratch_bytes() const override {
+    return floats_bytes(x_count_) + floats_bytes(y_count_) + f32_->scratch_bytes();
+  }
+
+  void run(std::span<const void* const> in, std::span<void* const> out,
+           void* scratch) const override {
+    auto* x = static_cast<float*>(scratch);
+    auto* y = reinterpret_cast<float*>(static_cast<std::byte*>(scratch) + floats_bytes(x_count_));
+    void* rest = static_cast<std::byte*>(scratch) + floats_bytes(x_count_) + floats_bytes(y_count_);
+    cpu::widen_bf16_row(static_cast<const cpu::BFloat16*>(in[0]), x, x_count_);
+    const void* x_in[] = {x};
+    void* y_out[] = {y};
+    f32_->run(x_in, y_out, rest);
+    cpu::narrow_to_bf16_row(y, static_cast<cpu::BFloat16*>(out[0]), y_count_);
+  }
+
+ private:
+  // Whole kAlignment units, so that each part stays aligned.
+  static size_t floats_bytes(int64_t n) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  std::unique_ptr<KernelInstance> f32_;
+  int64_t x_count_, y_count_;
+};
+
 std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype == DType::BF16) {
+    KernelSpec f32 = spec;
+    f32.inputs[0].dtype = f32.outputs[0].dtype = DType::F32;
+    const auto count = [](const std::vector<int64_t>& sizes) {
+      return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
+    };
+    return std::make_unique<Bf16ThroughF32>(avg_pool_reference_kernel(f32),
+                                            count(spec.input_sizes(0)),
+                                            count(spec.output_sizes(0)));
+  }
   const bool include_pad = spec.node.attr_bool("count_include_pad");
   const int64_t divisor = spec.node.attr_int("divisor_override");
   return typed_kernel(spec, pool_geometry(spec, false),
@@ -500,21 +549,16 @@ class PoolAvx2 final : public KernelInstance {
   }
 
  private:
-  // Output rows split over threads, channels in the vector lanes: f32 (max or average) or bf16
-  // (max).
+  // Output rows split over threads, channels in the vector lanes.
   template <typename T>
   void channels_inner(const T* x, T* y) const {
     const cpu::ChannelsInner v = cpu::channels_inner(g_);
     cpu::parallel_chunks(v.outer * g_.oh, g_.ow * v.block * g_.kh * g_.kw, threads_,
                          [&](int64_t begin, int64_t end) {
-      if constexpr (std::is_same_v<T, float>) {
-        if (!max_) {
-          cpu::avx2::avg_pool_channels_inner(g_, x, y, begin, end, row_divisors_.data(),
-                                             column_divisors_.data());
-          return;
-        }
-      }
-      if (cpu::has_avx512f()) cpu::avx512::max_pool_channels_inner(g_, x, y, begin, end);
+      if (!max_)
+        cpu::avx2::avg_pool_channels_inner(g_, x, y, begin, end, row_divisors_.data(),
+                                           column_divisors_.data());
+      else if (cpu::has_avx512f()) cpu::avx512::max_pool_channels_inner(g_, x, y, begin, end);
       else cpu::avx2::max_pool_channels_inner(g_, x, y, begin, end);
     });
   }
@@ -525,9 +569,9 @@ class PoolAvx2 final : public KernelInstance {
   std::vector<float> row_divisors_, column_divisors_;
 };
 
-// bf16 runs on channels-inner layouts only: a plain bf16 max pooling (no convolution chain
-// around it) takes the reference loops.
-std::string max_pool_avx2_unsupported(const KernelSpec& spec) {
+// bf16 runs on channels-inner layouts only: a plain bf16 pooling (no convolution chain around
+// it) takes the reference loops.
+std::string window_pool_avx2_unsupported(const KernelSpec& spec) {
   if (spec.inputs[0].dtype != DType::BF16) return avx2_unsupported(spec);
   if (!cpu::has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
   if (spec.inputs[0].layout == Layout::Plain)
@@ -556,13 +600,14 @@ std::unique_ptr<KernelInstance> avg_pool_avx2(const KernelSpec& spec) {
   const Pool2dGeometry g = pool_geometry(spec, false);
   const bool include = spec.node.attr_bool("count_include_pad");
   const int64_t divisor = spec.node.attr_int("divisor_override");
+  const bool bf16 = spec.inputs[0].dtype == DType::BF16;
   if (divisor != 0)
     return std::make_unique<PoolAvx2>(g, spec.threads, false,
                                       std::vector<float>(g.oh, static_cast<float>(divisor)),
-                                      std::vector<float>(g.ow, 1.0f));
+                                      std::vector<float>(g.ow, 1.0f), bf16);
   return std::make_unique<PoolAvx2>(
       g, spec.threads, false, axis_divisors(g.oh, g.stride_h, g.pad_h, g.kh, g.h, include),
-      axis_divisors(g.ow, g.stride_w, g.pad_w, g.kw, g.w, include));
+      axis_divisors(g.ow, g.stride_w, g.pad_w, g.kw, g.w, include), bf16);
 }
 
 std::string adaptive_avx2_unsupported(const KernelSpec& spec) {
@@ -614,7 +659,7 @@ void register_pooling_ops(OpRegistry& registry) {
   max_pool.computes_low_precision_in_f32 = true;
   max_pool.layout_aware = true;
 #ifdef KILN_X86
-  max_pool.kernels.push_back({"avx2", "native", max_pool_avx2_unsupported, max_pool_avx2});
+  max_pool.kernels.push_back({"avx2", "native", window_pool_avx2_unsupported, max_pool_avx2});
 #endif
   max_pool.kernels.push_back({"reference", "native", always_supported, max_pool_reference_kernel});
   registry.add(std::move(max_pool));
@@ -633,7 +678,7 @@ void register_pooling_ops(OpRegistry& registry) {
   avg_pool.layout_aware = true;
   avg_pool.kernels.push_back({"onednn", "onednn", avg_pool_onednn_unsupported, avg_pool_onednn});
 #ifdef KILN_X86
-  avg_pool.kernels.push_back({"avx2", "native", avx2_unsupported, avg_pool_avx2});
+  avg_pool.kernels.push_back({"avx2", "native", window_pool_avx2_unsupported, avg_pool_avx2});
 #endif
   avg_pool.kernels.push_back({"reference", "native", always_supported, avg_pool_reference_kernel});
   registry.add(std::move(avg_pool));

@@ -166,6 +166,20 @@ inline int64_t max_ulp(const Tensor& a, const Tensor& b, int64_t* where = nullpt
   return worst;
 }
 
+// A bf16 tensor holding, bit for bit, an f32 tensor's values rounded to bf16 (what a cast gives):
+// the result of a bf16 kernel that widens its operands and rounds the f32 kernel's result.
+inline ::testing::AssertionResult is_rounded_to_bf16(const Tensor& got, const Tensor& f32) {
+  if (got.dtype() != DType::BF16 || f32.dtype() != DType::F32 || got.numel() != f32.numel())
+    return ::testing::AssertionFailure() << "not a bf16 tensor of the f32 one's size";
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const uint16_t want = cpu::to_bfloat16(f32.data<float>()[i]).bits;
+    if (got.data<cpu::BFloat16>()[i].bits != want)
+      return ::testing::AssertionFailure() << "element " << i << ": bits " << std::hex
+                                           << got.data<cpu::BFloat16>()[i].bits << " vs " << want;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Equal bit for bit, except that any two NaNs match (payloads may differ with operand order).
 inline ::testing::AssertionResult same_values(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.sizes() != b.sizes())

@@ -131,7 +131,7 @@ TEST(OpsPooling, ShapeInferenceFailuresNameTheProblem) {
   fails("max_pool2d", g.add_input("e", type_of(DType::F32, {1, 0, 5, 5})), {{"kernel_size", Ints{2}}},
         "x's dims other than the batch must not be empty");
   fails("avg_pool2d", g.add_input("i", type_of(DType::I32, {1, 1, 4, 4})), {{"kernel_size", Ints{2}}},
-        "avg_pool2d takes f32, f64, i64, not i32");
+        "avg_pool2d takes f32, f64, bf16, i64, not i32");
   fails("max_pool2d", g.add_input("b", type_of(DType::Bool, {1, 1, 4, 4})), {{"kernel_size", Ints{2}}},
         "max_pool2d takes f32, f64, bf16, i64, i32, i16, i8, u8, not bool");
   fails("adaptive_avg_pool2d", g.add_input("l", type_of(DType::I64, {1, 1, 4, 4})),
@@ -309,91 +309,95 @@ TEST(OpsPooling, Avx2MaxPoolMatchesReference) {
     for (bool extremes : {false, true}) check_kernel("max_pool2d", "avx2", c, rng, extremes);
 }
 
-// A bf16 max pooling (what fold_bf16_casts_into_widening_kernels makes) is the f32 one on the
-// widened input rounded to bf16, the bits of the casts it replaces, NaNs included: in every
-// layout, through each kernel that takes it, and through the 8-lane loop on AVX-512 CPUs too.
-TEST(OpsPooling, Bf16MaxPoolIsTheF32OneBetweenCasts) {
+// A bf16 max or average pooling (what fold_bf16_casts_into_widening_kernels makes) is each
+// kernel's f32 result on the widened input rounded to bf16, the bits of the casts it replaces,
+// NaNs included: in every layout, through each kernel that takes it, and through the 8-lane max
+// loop on AVX-512 CPUs too. A maximum is the f32 reference's whatever the kernel.
+TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
   std::mt19937 rng(11);
   const std::vector<AttrMap> windows = {
       {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}},
-      {{"kernel_size", Ints{2, 3}}, {"dilation", Ints{2, 1}}, {"ceil_mode", true}}};
+      {{"kernel_size", Ints{2, 3}}, {"ceil_mode", true}},
+      {{"kernel_size", Ints{3}}, {"stride", Ints{1}}, {"padding", Ints{1}}}};
   const std::vector<std::pair<Layout, int64_t>> layouts = {
       {Layout::Plain, 5},   {Layout::NHWC, 3},      {Layout::NHWC, 20},
       {Layout::NHWC, 64},   {Layout::NChw8c, 24},   {Layout::NChw16c, 32}};
-  for (const auto& [layout, channels] : layouts) {
-    for (const AttrMap& attrs : windows) {
-      SCOPED_TRACE(std::string(layout_name(layout)) + " with " + std::to_string(channels) +
-                   " channels, window " + std::to_string(&attrs - windows.data()));
-      const Ints sizes{2, channels, 11, 9};
-      Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 3);
-      test::sprinkle_extremes(x32, rng);
-      Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
-        wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
-      }
-      OneNode f32_node("max_pool2d", {type_of(DType::F32, sizes)}, attrs);
-      const Tensor f32 = reference(f32_node, {wide});
-      const Ints out_sizes = f32.sizes();
-
-      // The node as the pass adds it, uncast, reading x stored in the layout.
-      Graph g;
-      Value* in = g.add_input("x", TensorType{DType::BF16, make_shape(sizes), layout});
-      const Node& node = *g.add_uncast("max_pool2d", {in}, attrs)->producer();
-      ASSERT_EQ(node.outputs()[0]->type().layout, layout);
-      const cpu::Nchw in_dims{sizes[0], sizes[1], sizes[2], sizes[3]};
-      const cpu::Nchw out_dims{out_sizes[0], out_sizes[1], out_sizes[2], out_sizes[3]};
-      Tensor stored = Tensor::empty(DType::BF16, sizes);
-      cpu::convert_layout(in_dims, Layout::Plain, x.data<cpu::BFloat16>(), layout,
-                          stored.data<cpu::BFloat16>(), 1);
-      auto expect_casts_bits = [&](const Tensor& got_in_layout) {
-        Tensor got = Tensor::empty(DType::BF16, out_sizes);
-        cpu::convert_layout(out_dims, layout, got_in_layout.data<cpu::BFloat16>(), Layout::Plain,
-                            got.data<cpu::BFloat16>(), 1);
-        for (int64_t i = 0; i < got.numel(); ++i)
-          ASSERT_EQ(got.data<cpu::BFloat16>()[i].bits,
-                    cpu::to_bfloat16(f32.data<float>()[i]).bits)
-              << "element " << i;
-      };
-
-      std::vector<std::string> kernels = {"reference"};
-      if (avx2_available()) {
-        if (layout == Layout::Plain) {
-          EXPECT_EQ(test::unsupported_reason(node, "avx2"),
-                    "bf16 runs in channels-inner layouts (nhwc, nChw8c, nChw16c) only");
-        } else {
-          kernels.push_back("avx2");
+  for (const char* op : {"max_pool2d", "avg_pool2d"}) {
+    for (const auto& [layout, channels] : layouts) {
+      for (const AttrMap& window : windows) {
+        AttrMap attrs = window;
+        if (std::string(op) == "max_pool2d" && &window == &windows[1]) attrs["dilation"] = Ints{2, 1};
+        if (std::string(op) == "avg_pool2d" && &window == &windows[2]) attrs["count_include_pad"] = false;
+        SCOPED_TRACE(std::string(op) + " in " + layout_name(layout) + " with " +
+                     std::to_string(channels) + " channels, window " +
+                     std::to_string(&window - windows.data()));
+        const Ints sizes{2, channels, 11, 9};
+        Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 3);
+        test::sprinkle_extremes(x32, rng);
+        // bf16 values, and the same widened, both stored in the layout (the widening and the
+        // rounding are elementwise: they commute with it).
+        Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
+          wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
         }
-      }
-      for (const std::string& kernel : kernels) {
-        SCOPED_TRACE(kernel);
-        const Tensor got = test::run_kernel(node, kernel, {stored}, 2)[0];
-        ASSERT_EQ(got.dtype(), DType::BF16);
-        expect_casts_bits(got);
-      }
+        const cpu::Nchw dims{sizes[0], sizes[1], sizes[2], sizes[3]};
+        Tensor stored = Tensor::empty(DType::BF16, sizes), wide_stored = Tensor::empty(DType::F32, sizes);
+        cpu::convert_layout(dims, Layout::Plain, x.data<cpu::BFloat16>(), layout,
+                            stored.data<cpu::BFloat16>(), 1);
+        cpu::convert_layout(dims, Layout::Plain, wide.data<float>(), layout,
+                            wide_stored.data<float>(), 1);
+
+        // The bf16 node as the pass adds it, uncast, and the f32 one, both in the layout.
+        Graph g;
+        const Node& node =
+            *g.add_uncast(op, {g.add_input("x", TensorType{DType::BF16, make_shape(sizes), layout})},
+                          attrs)->producer();
+        const Node& f32_node =
+            *g.add(op, {g.add_input("w", TensorType{DType::F32, make_shape(sizes), layout})}, attrs)
+                 ->producer();
+        ASSERT_EQ(node.outputs()[0]->type().layout, layout);
+        const Tensor f32_reference = test::run_kernel(f32_node, "reference", {wide_stored})[0];
+        std::vector<std::string> kernels = {"reference"};
+        if (avx2_available()) {
+          if (layout == Layout::Plain) {
+            EXPECT_EQ(test::unsupported_reason(node, "avx2"),
+                      "bf16 runs in channels-inner layouts (nhwc, nChw8c, nChw16c) only");
+          } else {
+            kernels.push_back("avx2");
+          }
+        }
+        for (const std::string& kernel : kernels) {
+          SCOPED_TRACE(kernel);
+          const Tensor got = test::run_kernel(node, kernel, {stored}, 2)[0];
+          EXPECT_TRUE(test::is_rounded_to_bf16(got, test::run_kernel(f32_node, kernel, {wide_stored})[0]));
+          if (std::string(op) == "max_pool2d") EXPECT_TRUE(test::is_rounded_to_bf16(got, f32_reference));
+        }
 #ifdef KILN_X86
-      // The registry runs the 16-lane loop on AVX-512 CPUs: the 8-lane one directly as well.
-      if (layout != Layout::Plain && cpu::has_avx2_fma()) {
-        SCOPED_TRACE("8-lane loop");
-        const auto axes = [&](const char* name, int64_t fallback) {
-          const Ints v = attrs.count(name) ? std::get<Ints>(attrs.at(name)) : Ints{fallback};
-          return std::pair<int64_t, int64_t>{v[0], v.back()};
-        };
-        const auto [kh, kw] = axes("kernel_size", 1);
-        const auto [sh, sw] = attrs.count("stride") ? axes("stride", 1) : std::pair{kh, kw};
-        const auto [ph, pw] = axes("padding", 0);
-        const auto [dh, dw] = axes("dilation", 1);
-        const cpu::Pool2dGeometry geometry{
-            .layout = layout, .n = sizes[0], .c = sizes[1], .h = sizes[2], .w = sizes[3],
-            .oh = out_sizes[2], .ow = out_sizes[3], .kh = kh, .kw = kw, .stride_h = sh,
-            .stride_w = sw, .dilation_h = dh, .dilation_w = dw, .pad_h = ph, .pad_w = pw};
-        Tensor got = Tensor::empty(DType::BF16, out_sizes);
-        const cpu::ChannelsInner v = cpu::channels_inner(geometry);
-        cpu::avx2::max_pool_channels_inner(geometry, stored.data<cpu::BFloat16>(),
-                                           got.data<cpu::BFloat16>(), 0, v.outer * geometry.oh);
-        expect_casts_bits(got);
-      }
+        // The registry runs the 16-lane max loop on AVX-512 CPUs: the 8-lane one directly too.
+        if (std::string(op) == "max_pool2d" && layout != Layout::Plain && cpu::has_avx2_fma()) {
+          SCOPED_TRACE("8-lane loop");
+          const auto pair = [&](const char* name, Ints fallback) {
+            const Ints v = attrs.count(name) ? std::get<Ints>(attrs.at(name)) : fallback;
+            return std::pair<int64_t, int64_t>{v[0], v.back()};
+          };
+          const auto [kh, kw] = pair("kernel_size", {1});
+          const auto [sh, sw] = pair("stride", {kh, kw});
+          const auto [ph, pw] = pair("padding", {0});
+          const auto [dh, dw] = pair("dilation", {1});
+          const Ints out = f32_reference.sizes();
+          const cpu::Pool2dGeometry geometry{
+              .layout = layout, .n = sizes[0], .c = sizes[1], .h = sizes[2], .w = sizes[3],
+              .oh = out[2], .ow = out[3], .kh = kh, .kw = kw, .stride_h = sh, .stride_w = sw,
+              .dilation_h = dh, .dilation_w = dw, .pad_h = ph, .pad_w = pw};
+          Tensor got = Tensor::empty(DType::BF16, out);
+          cpu::avx2::max_pool_channels_inner(geometry, stored.data<cpu::BFloat16>(),
+                                             got.data<cpu::BFloat16>(), 0,
+                                             cpu::channels_inner(geometry).outer * geometry.oh);
+          EXPECT_TRUE(test::is_rounded_to_bf16(got, f32_reference));
+        }
 #endif
+      }
     }
   }
 }

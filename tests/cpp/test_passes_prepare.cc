@@ -158,7 +158,7 @@ graph @g {
 })");
 }
 
-// A bf16 model's layer and RMS norms, max poolings and attention likewise read and write bf16
+// A bf16 model's layer and RMS norms, poolings and attention likewise read and write bf16
 // themselves (on every CPU), with each count of operands, when the f32 result is only rounded
 // back (attention's mask staying as it is); one whose f32 result has another use keeps its casts.
 TEST(FoldBf16CastsIntoWideningKernels, OpsBetweenCastsReadAndWriteBf16) {
@@ -189,12 +189,14 @@ graph @g {
   %p32 = to(%p) {dtype = "f32"}
   %m = max_pool2d(%p32) {kernel_size = [2]}
   %m16 = to(%m) {dtype = "bf16"}
+  %ap = avg_pool2d(%p32) {kernel_size = [2]}
+  %ap16 = to(%ap) {dtype = "bf16"}
   %a32 = to(%a) {dtype = "f32"}
   %s = scaled_dot_product_attention(%a32, %a32, %a32)
   %s16 = to(%s) {dtype = "bf16"}
   %sm = scaled_dot_product_attention(%a32, %a32, %a32, %mask) {is_causal = true}
   %sm16 = to(%sm) {dtype = "bf16"}
-  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %s16, %sm16
+  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %ap16, %s16, %sm16
 })",
                  R"(
 graph @g {
@@ -213,9 +215,10 @@ graph @g {
   %r16_1 : bf16[2, 3] = rms_norm(%x, %w)
   %q16_1 : bf16[2, 3] = rms_norm(%x) {eps = 1e-05}
   %m16_1 : bf16[1, 2, 2, 2] = max_pool2d(%p) {kernel_size = [2]}
+  %ap16_1 : bf16[1, 2, 2, 2] = avg_pool2d(%p) {kernel_size = [2]}
   %s16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a)
   %sm16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a, %mask) {is_causal = true}
-  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1, %s16_1, %sm16_1
+  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1, %ap16_1, %s16_1, %sm16_1
 })");
 }
 

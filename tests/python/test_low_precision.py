@@ -257,14 +257,16 @@ def test_bf16_norms_read_and_write_bf16(tmp_path):
     check_model(model, x, factor=2)
 
 
-# bf16 max pooling reads and writes bf16 too (fold_bf16_casts_into_widening_kernels, every
-# CPU): ResNet's stem keeps no cast around it, and with AVX512-BF16 it stays in the convolutions'
-# layout; a pooling alone, on NaNs and infinities, gives eager's bits.
-def test_bf16_max_pool_reads_and_writes_bf16(tmp_path):
+# bf16 max and average pooling read and write bf16 too (fold_bf16_casts_into_widening_kernels,
+# every CPU): ResNet's stem keeps no cast around its pooling, and with AVX512-BF16 it stays in the
+# convolutions' layout; a max pooling alone, on NaNs and infinities, gives eager's bits.
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+def test_bf16_pooling_reads_and_writes_bf16(pool, tmp_path):
     torch.manual_seed(6)
+    pooling = {"max_pool2d": torch.nn.MaxPool2d, "avg_pool2d": torch.nn.AvgPool2d}[pool]
     stem = torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False), _batch_norm(16),
-        torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(16, 16, 1)
+        torch.nn.ReLU(), pooling(3, 2, 1), torch.nn.Conv2d(16, 16, 1)
     ).eval().to(torch.bfloat16)
     x = torch.randn(2, 3, 32, 32).to(torch.bfloat16)
     options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
@@ -273,11 +275,13 @@ def test_bf16_max_pool_reads_and_writes_bf16(tmp_path):
         torch.compile(stem, backend="kiln", fullgraph=True, options=options)(x)
     [planned] = (tmp_path / "dump").glob("*_plan.txt")  # the dump that names the kernels
     text = planned.read_text()
-    [pool] = [line for line in text.splitlines() if "= max_pool2d(" in line]
-    assert " : bf16[2, 16, 8, 8]" in pool, text
+    [node] = [line for line in text.splitlines() if f"= {pool}(" in line]
+    assert " : bf16[2, 16, 8, 8]" in node, text
     if native_bf16():
-        assert "<nhwc> = max_pool2d(" in pool and "kernel=avx2" in pool, text
+        assert f"<nhwc> = {pool}(" in node and "kernel=avx2" in node, text
     check_model(stem, x, factor=2)
+    if pool == "avg_pool2d":
+        return
 
     pool_alone = torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True)
     y = (torch.randn(2, 5, 9, 11) * 100).to(torch.bfloat16)

@@ -91,13 +91,16 @@ void avg_pool_planes(const Pool2dGeometry& g, const float* x, float* y, int64_t 
 // sum in f32 before dividing.
 void max_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                              int64_t end);
-// bf16 x and y: the same windows widened to f32, each result narrowed back. A maximum is one of
-// its window's values, so it narrows exactly; a NaN window gives 0x7FC0, as the cast to bf16 of
-// the f32 kernel's result does.
-void max_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x, BFloat16* y,
-                             int64_t begin, int64_t end);
 void avg_pool_channels_inner(const Pool2dGeometry& g, const float* x, float* y, int64_t begin,
                              int64_t end, const float* row_divisors, const float* column_divisors);
+// bf16 x and y: the same windows widened to f32, each result rounded to bf16 as a cast of the
+// f32 kernel's result would be (a maximum, one of its window's values, exactly; a NaN window
+// gives 0x7FC0).
+void max_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x, BFloat16* y,
+                             int64_t begin, int64_t end);
+void avg_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x, BFloat16* y,
+                             int64_t begin, int64_t end, const float* row_divisors,
+                             const float* column_divisors);
 }  // namespace avx2
 
 namespace avx512 {

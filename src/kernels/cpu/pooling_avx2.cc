@@ -221,5 +221,13 @@ KILN_TARGET_AVX2 void avg_pool_channels_inner(const Pool2dGeometry& g, const flo
                                     DivideByCount{row_divisors, column_divisors});
 }
 
+KILN_TARGET_AVX2 void avg_pool_channels_inner(const Pool2dGeometry& g, const BFloat16* x,
+                                              BFloat16* y, int64_t begin, int64_t end,
+                                              const float* row_divisors,
+                                              const float* column_divisors) {
+  pool_channels_inner<SumReduction>(g, x, y, begin, end,
+                                    DivideByCount{row_divisors, column_divisors});
+}
+
 }  // namespace kiln::cpu::avx2
 #endif
