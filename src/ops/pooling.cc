@@ -23,8 +23,8 @@
 // on AVX-512; oneDNN's max pooling drops NaNs); for averages, the AVX2 global average (adaptive
 // to 1x1, f32), oneDNN where it has a jit kernel (f32; plain NCHW has one only with AVX-512),
 // AVX2 (f32 in every layout, bf16 in channels-inner ones); then the reference loops (every dtype
-// PyTorch takes; f32 sums in double; other layouts through plain copies; bf16 averages through
-// the f32 loops).
+// PyTorch takes; f32 sums in double; other layouts through plain copies; bf16 through the f32
+// loops on a widened copy).
 #include <omp.h>
 
 #include <algorithm>
@@ -249,24 +249,15 @@ void for_each_output(const Pool2dGeometry& g, const T* x, T* y, int64_t work_per
                        });
 }
 
-// The values max pooling compares: bf16 widened to f32 (exact), other types as they are.
-template <typename T>
-auto comparable(T v) {
-  if constexpr (std::is_same_v<T, cpu::BFloat16>) return cpu::to_float(v);
-  else return v;
-}
-
 template <typename T>
 void max_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) {
-  using C = decltype(comparable(T{}));
   for_each_output(g, x, y, g.kh * g.kw, threads, [&](const T* plane, int64_t oy, int64_t ox) {
-    C best = lowest<C>();
+    T best = lowest<T>();
     cpu::for_each_window_element(g, oy, ox, [&](int64_t pixel) {
-      const C v = comparable(plane[pixel]);
+      const T v = plane[pixel];
       if (v > best || is_nan(v)) best = v;  // as PyTorch: a NaN wins, and so does a later one
     });
-    if constexpr (std::is_same_v<T, cpu::BFloat16>) return cpu::to_bfloat16(best);
-    else return best;
+    return best;
   });
 }
 
@@ -356,34 +347,19 @@ class ReferenceThroughPlain final : public KernelInstance {
   int threads_;
 };
 
-// A kernel calling run(geometry, x, y, threads) with x and y of type T, plain.
-template <typename T, typename Run>
-std::unique_ptr<KernelInstance> kernel_of(const KernelSpec& spec, const Pool2dGeometry& g,
-                                          Run run) {
-  if (g.layout != Layout::Plain)
-    return std::make_unique<ReferenceThroughPlain<T, Run>>(g, run, spec.threads);
-  return make_kernel([g, run, threads = spec.threads](std::span<const void* const> in,
-                                                      std::span<void* const> out) {
-    run(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]), threads);
-  });
-}
-
-// The same with T the node's dtype, one of visit_dtype's.
+// A kernel calling run(geometry, x, y, threads) with x and y of the node's dtype, plain.
 template <typename Run>
 std::unique_ptr<KernelInstance> typed_kernel(const KernelSpec& spec, const Pool2dGeometry& g,
                                              Run run) {
-  return visit_dtype(spec.inputs[0].dtype, [&](auto t) {
-    return kernel_of<decltype(t)>(spec, g, run);
+  return visit_dtype(spec.inputs[0].dtype, [&](auto t) -> std::unique_ptr<KernelInstance> {
+    using T = decltype(t);
+    if (g.layout != Layout::Plain)
+      return std::make_unique<ReferenceThroughPlain<T, Run>>(g, run, spec.threads);
+    return make_kernel([g, run, threads = spec.threads](std::span<const void* const> in,
+                                                        std::span<void* const> out) {
+      run(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]), threads);
+    });
   });
-}
-
-std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec) {
-  const auto run = [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
-    max_pool_reference(g, x, y, threads);
-  };
-  if (spec.inputs[0].dtype == DType::BF16)
-    return kernel_of<cpu::BFloat16>(spec, pool_geometry(spec, true), run);
-  return typed_kernel(spec, pool_geometry(spec, true), run);
 }
 
 // A bf16 kernel from the f32 one: x widened into the scratch (in its layout), the f32 kernel run
@@ -420,17 +396,28 @@ class Bf16ThroughF32 final : public KernelInstance {
   int64_t x_count_, y_count_;
 };
 
+// A bf16 spec's kernel: make_f32's for the same node in f32, between a widening and a rounding.
+template <typename MakeF32>
+std::unique_ptr<KernelInstance> bf16_through_f32(const KernelSpec& spec, MakeF32 make_f32) {
+  KernelSpec f32 = spec;
+  f32.inputs[0].dtype = f32.outputs[0].dtype = DType::F32;
+  const auto count = [](const std::vector<int64_t>& sizes) {
+    return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
+  };
+  return std::make_unique<Bf16ThroughF32>(make_f32(f32), count(spec.input_sizes(0)),
+                                          count(spec.output_sizes(0)));
+}
+
+std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype == DType::BF16) return bf16_through_f32(spec, max_pool_reference_kernel);
+  return typed_kernel(spec, pool_geometry(spec, true),
+                      [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
+                        max_pool_reference(g, x, y, threads);
+                      });
+}
+
 std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype == DType::BF16) {
-    KernelSpec f32 = spec;
-    f32.inputs[0].dtype = f32.outputs[0].dtype = DType::F32;
-    const auto count = [](const std::vector<int64_t>& sizes) {
-      return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
-    };
-    return std::make_unique<Bf16ThroughF32>(avg_pool_reference_kernel(f32),
-                                            count(spec.input_sizes(0)),
-                                            count(spec.output_sizes(0)));
-  }
+  if (spec.inputs[0].dtype == DType::BF16) return bf16_through_f32(spec, avg_pool_reference_kernel);
   const bool include_pad = spec.node.attr_bool("count_include_pad");
   const int64_t divisor = spec.node.attr_int("divisor_override");
   return typed_kernel(spec, pool_geometry(spec, false),
