@@ -394,6 +394,9 @@ void register_conv_ops(OpRegistry& registry) {
        }},
       {"reference", "native", nullptr, create_reference},
   };
+  // y may overwrite the residual r where r dies here (conv_onednn.cc). Position 3 is r whenever
+  // it exists (x, w, bias, r); a residual without a bias, at 2, is copied instead.
+  def.kernels[0].in_place_inputs = {3};
   registry.add(std::move(def));
 }
 

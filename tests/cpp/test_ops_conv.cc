@@ -156,6 +156,53 @@ TEST(OpsConv, Bf16OperandKernelsMatchReference) {
       }
 }
 
+// The residual is added after the bias, as the unfused ops add it: in every layout, bit for bit
+// (y + r in f32) whether y has a buffer of its own or overwrites r's, as the memory plan gives it
+// where r dies at the convolution (conv_onednn.cc).
+TEST(OpsConv, ResidualIsAddedAfterTheBiasInPlaceOrNot) {
+  std::mt19937 rng(5);
+  for (Layout layout : {Layout::Plain, Layout::NHWC, Layout::NChw16c})
+    for (int64_t k : {1, 3}) {
+      SCOPED_TRACE(std::string(layout_name(layout)) + " " + std::to_string(k) + "x" +
+                   std::to_string(k));
+      const std::vector<int64_t> xs{1, 32, 14, 14}, ws{64, 32, k, k}, ys{1, 64, 14, 14};
+      Graph g;
+      Value* x = g.add_input("x", TensorType{DType::F32, make_shape(xs), layout});
+      Value* w = g.add_input("w", f32(ws));
+      Value* b = g.add_input("b", f32({64}));
+      Value* r = g.add_input("r", TensorType{DType::F32, make_shape(ys), layout});
+      AttrMap attrs{{"layout", std::string(layout_name(layout))},
+                    {"padding", std::vector<int64_t>{k / 2, k / 2}}};
+      const KernelSpec plain_conv =
+          spec_with_constants(*g.add_uncast("conv2d", {x, w, b}, attrs)->producer());
+      attrs["fused_activation"] = std::string("relu");
+      attrs["residual"] = true;
+      const KernelSpec with = spec_with_constants(*g.add_uncast("conv2d", {x, w, b, r}, attrs)
+                                                       ->producer());
+      std::vector<Tensor> in{test::random_tensor(DType::F32, xs, rng, -1, 1),
+                             test::random_tensor(DType::F32, ws, rng, -1, 1),
+                             test::random_tensor(DType::F32, {64}, rng, -1, 1),
+                             test::random_tensor(DType::F32, ys, rng, -1, 1)};
+      // relu(conv + bias + r), with conv + bias from the same kernel without the residual.
+      const Tensor y = create_and_run("conv2d", "onednn", plain_conv, {in[0], in[1], in[2]});
+      Tensor want = Tensor::empty(DType::F32, ys);
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        const float s = y.data<float>()[i] + in[3].data<float>()[i];
+        want.data<float>()[i] = s > 0 ? s : 0.0f;
+      }
+      EXPECT_TRUE(test::same_values(create_and_run("conv2d", "onednn", with, in), want))
+          << "y apart from r";
+      // In place: y is r's buffer.
+      auto kernel = test::kernel_of("conv2d", "onednn").create(with);
+      Tensor scratch = Tensor::empty(DType::U8, {static_cast<int64_t>(kernel->scratch_bytes())});
+      Tensor y_in_r = Tensor::copy_of(in[3].view());
+      const void* inputs[] = {in[0].data(), in[1].data(), in[2].data(), y_in_r.data()};
+      void* outputs[] = {y_in_r.data()};
+      kernel->run(inputs, outputs, scratch.data());
+      EXPECT_TRUE(test::same_values(y_in_r, want)) << "y in r's buffer";
+    }
+}
+
 // ---------------------------------------------------------------- reference, by hand
 
 Tensor reference_conv(const ConvCase& c, const std::vector<Tensor>& inputs,

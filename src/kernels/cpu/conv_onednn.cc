@@ -3,7 +3,19 @@
 // blocked nChw8c/nChw16c, which the format stage picks; f32, or bf16 x and w with an f32 or a
 // bf16 y, which oneDNN rounds once, after the post-ops, as conv2d's reference does. The weights
 // take the primitive's preferred blocked layout when they are a constant. The epilogue becomes
-// oneDNN's bias input and post-ops: binary add of the residual, eltwise activation, eltwise clip.
+// oneDNN's bias input and post-ops: the residual, eltwise activation, eltwise clip.
+//
+// In the channels-inner layouts the residual is oneDNN's sum post-op, which reads it from y
+// itself: y holds r when the convolution runs and the result overwrites it. The memory plan
+// gives y r's buffer where r dies at the convolution (conv2d's kernel declares r in place, as
+// the last of its four inputs: ResNet's and MobileNetV2's residual convolutions); elsewhere
+// run() copies r into y first. In place, r is read once and no other buffer is written: ResNet-
+// 50's residual convolutions at batch 1 took 5.7-5.9 against 6.3-6.6 ms a call with r as a
+// binary post-op (docs/benchmarks.md). Plain NCHW keeps the binary post-op: oneDNN's GEMM-based
+// kernel there adds a sum before the bias, where conv2d adds r after it (as the unfused ops
+// do); given y in r's buffer, it reads a copy of r in its scratch.
+#include <cstddef>
+#include <cstring>
 #include <optional>
 
 #include "kernels/cpu/conv.h"
@@ -22,7 +34,9 @@ namespace {
 class OneDnnConv2d final : public KernelInstance {
  public:
   OneDnnConv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue, const KernelSpec& spec)
-      : threads_(spec.threads), epilogue_(epilogue) {
+      : threads_(spec.threads),
+        epilogue_(epilogue),
+        residual_in_y_(epilogue.residual && spec.outputs[0].layout != Layout::Plain) {
     LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
@@ -49,8 +63,9 @@ class OneDnnConv2d final : public KernelInstance {
         {g.dilation_h - 1, g.dilation_w - 1}, {g.pad_top, g.pad_left}, {g.pad_bottom, g.pad_right});
     dnnl::primitive_attr attr = user_scratchpad_attr();
     dnnl::post_ops ops;
-    // The residual is read straight from its buffer, in y's layout (conv2d's inference checks).
-    if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, dst_desc_);
+    // The residual is in y's layout and dtype (conv2d's inference checks).
+    if (residual_in_y_) ops.append_sum(1.f);
+    else if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, dst_desc_);
     if (epilogue.activation != Activation::None) append_activation(ops, epilogue.activation);
     // oneDNN's relu gives alpha * x = -0 for negative x where PyTorch gives +0; adding +0 turns
     // -0 into +0 and keeps everything else (NaN included).
@@ -69,11 +84,19 @@ class OneDnnConv2d final : public KernelInstance {
     if (w_constant) packed_w_ = prepacked_constant(spec, 1, w_plain, weights_desc_);
   }
 
-  size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
+  size_t scratch_bytes() const override { return residual_copy_offset() + residual_copy_bytes(); }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {
     LibraryThreads scope(threads_);
+    const void* residual = epilogue_.residual ? inputs.back() : nullptr;
+    if (residual_in_y_ && outputs[0] != residual)
+      std::memcpy(outputs[0], residual, dst_desc_.get_size());
+    if (!residual_in_y_ && residual == outputs[0]) {
+      void* copy = static_cast<std::byte*>(scratch) + residual_copy_offset();
+      std::memcpy(copy, residual, dst_desc_.get_size());
+      residual = copy;
+    }
     const dnnl::engine& engine = onednn_engine();
     void* w = packed_w_ ? packed_w_->data() : const_cast<void*>(inputs[1]);
     std::unordered_map<int, dnnl::memory> args{
@@ -83,15 +106,24 @@ class OneDnnConv2d final : public KernelInstance {
         {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
     if (epilogue_.bias)
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc_, engine, const_cast<void*>(inputs[2])));
-    if (epilogue_.residual)
+    if (epilogue_.residual && !residual_in_y_)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                   dnnl::memory(dst_desc_, engine, const_cast<void*>(inputs.back())));
+                   dnnl::memory(dst_desc_, engine, const_cast<void*>(residual)));
     execute_and_wait(primitive_, args);
   }
 
  private:
+  // After oneDNN's scratchpad, a copy of r for the binary post-op when y is r's buffer.
+  size_t residual_copy_offset() const {
+    return (scratchpad_desc_.get_size() + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  size_t residual_copy_bytes() const {
+    return epilogue_.residual && !residual_in_y_ ? dst_desc_.get_size() : 0;
+  }
+
   int threads_;
   ConvEpilogue epilogue_;
+  bool residual_in_y_;  // the residual as a sum post-op, read from y (channels-inner layouts)
   dnnl::memory::desc src_desc_, weights_desc_, bias_desc_, dst_desc_, scratchpad_desc_;
   dnnl::convolution_forward primitive_;
   std::shared_ptr<const Tensor> packed_w_;  // w in weights_desc_ when it is a constant, else null
