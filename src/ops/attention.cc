@@ -24,15 +24,14 @@
 // computes each row's scores, softmax and weighted sum in double (bf16: the f32 reference on
 // widened operands, rounded).
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/widened_bf16.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -191,32 +190,6 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
   });
 }
 
-int64_t element_count(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t d : sizes) n *= d;
-  return n;
-}
-
-// bf16: the f32 reference on widened copies of q, k and v, its result rounded.
-std::unique_ptr<KernelInstance> create_bf16_reference(const KernelSpec& spec) {
-  std::array<int64_t, 3> in_counts{};
-  for (size_t i = 0; i < 3; ++i) in_counts[i] = element_count(spec.input_sizes(i));
-  return make_kernel([g = cpu::make_attention_geometry(spec), threads = spec.threads, in_counts,
-                      out_count = element_count(spec.output_sizes(0))](
-                         std::span<const void* const> in, std::span<void* const> out) {
-    std::array<std::vector<float>, 3> wide;
-    for (size_t i = 0; i < 3; ++i) {
-      wide[i].resize(static_cast<size_t>(in_counts[i]));
-      cpu::widen_bf16_row(static_cast<const cpu::BFloat16*>(in[i]), wide[i].data(),
-                          in_counts[i]);
-    }
-    std::vector<float> y(static_cast<size_t>(out_count));
-    run_reference(g, threads, wide[0].data(), wide[1].data(), wide[2].data(),
-                  g.mask == AttentionMask::None ? nullptr : in[3], y.data());
-    cpu::narrow_to_bf16_row(y.data(), static_cast<cpu::BFloat16*>(out[0]), out_count);
-  });
-}
-
 #ifdef KILN_X86
 std::string flash_unsupported(const KernelSpec& spec) {
   // bf16 is widened in the kernel.
@@ -248,7 +221,8 @@ void register_attention_ops(OpRegistry& registry) {
                          [](const KernelSpec& spec) {
                            switch (spec.inputs[0].dtype) {
                              case DType::F32: return create_reference<float>(spec);
-                             case DType::BF16: return create_bf16_reference(spec);
+                             case DType::BF16:  // the f32 loops on widened copies
+                               return cpu::create_widened_bf16(spec, create_reference<float>);
                              default: return create_reference<double>(spec);
                            }
                          }});

@@ -29,19 +29,16 @@
 
 #include <algorithm>
 #include <array>
-#include <cstddef>
 #include <cstdint>
 #include <cmath>
-#include <functional>
 #include <limits>
-#include <numeric>
 #include <type_traits>
 
-#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/channel_stats_avx2.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/pooling.h"
+#include "kernels/cpu/widened_bf16.h"
 #include "ops/op_registry.h"
 #include "ops/window_dims.h"
 
@@ -362,54 +359,9 @@ std::unique_ptr<KernelInstance> typed_kernel(const KernelSpec& spec, const Pool2
   });
 }
 
-// A bf16 kernel from the f32 one: x widened into the scratch (in its layout), the f32 kernel run
-// there, its result rounded into y.
-class Bf16ThroughF32 final : public KernelInstance {
- public:
-  Bf16ThroughF32(std::unique_ptr<KernelInstance> f32, int64_t x_count, int64_t y_count)
-      : f32_(std::move(f32)), x_count_(x_count), y_count_(y_count) {}
-
-  size_t scratch_bytes() const override {
-    return floats_bytes(x_count_) + floats_bytes(y_count_) + f32_->scratch_bytes();
-  }
-
-  void run(std::span<const void* const> in, std::span<void* const> out,
-           void* scratch) const override {
-    auto* x = static_cast<float*>(scratch);
-    auto* y = reinterpret_cast<float*>(static_cast<std::byte*>(scratch) + floats_bytes(x_count_));
-    void* rest = static_cast<std::byte*>(scratch) + floats_bytes(x_count_) + floats_bytes(y_count_);
-    cpu::widen_bf16_row(static_cast<const cpu::BFloat16*>(in[0]), x, x_count_);
-    const void* x_in[] = {x};
-    void* y_out[] = {y};
-    f32_->run(x_in, y_out, rest);
-    cpu::narrow_to_bf16_row(y, static_cast<cpu::BFloat16*>(out[0]), y_count_);
-  }
-
- private:
-  // Whole kAlignment units, so that each part stays aligned.
-  static size_t floats_bytes(int64_t n) {
-    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  }
-
-  std::unique_ptr<KernelInstance> f32_;
-  int64_t x_count_, y_count_;
-};
-
-// A bf16 spec's kernel: make_f32's for the same node in f32, between a widening and a rounding.
-template <typename MakeF32>
-std::unique_ptr<KernelInstance> bf16_through_f32(const KernelSpec& spec, MakeF32 make_f32) {
-  KernelSpec f32 = spec;
-  f32.inputs[0].dtype = f32.outputs[0].dtype = DType::F32;
-  const auto count = [](const std::vector<int64_t>& sizes) {
-    return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
-  };
-  return std::make_unique<Bf16ThroughF32>(make_f32(f32), count(spec.input_sizes(0)),
-                                          count(spec.output_sizes(0)));
-}
-
 std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype == DType::BF16) return bf16_through_f32(spec, max_pool_reference_kernel);
+  if (spec.inputs[0].dtype == DType::BF16)
+    return cpu::create_widened_bf16(spec, max_pool_reference_kernel);
   return typed_kernel(spec, pool_geometry(spec, true),
                       [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
                         max_pool_reference(g, x, y, threads);
@@ -417,7 +369,8 @@ std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec
 }
 
 std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype == DType::BF16) return bf16_through_f32(spec, avg_pool_reference_kernel);
+  if (spec.inputs[0].dtype == DType::BF16)
+    return cpu::create_widened_bf16(spec, avg_pool_reference_kernel);
   const bool include_pad = spec.node.attr_bool("count_include_pad");
   const int64_t divisor = spec.node.attr_int("divisor_override");
   return typed_kernel(spec, pool_geometry(spec, false),

@@ -371,7 +371,9 @@ TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
           SCOPED_TRACE(kernel);
           const Tensor got = test::run_kernel(node, kernel, {stored}, 2)[0];
           EXPECT_TRUE(test::is_rounded_to_bf16(got, test::run_kernel(f32_node, kernel, {wide_stored})[0]));
-          if (std::string(op) == "max_pool2d") EXPECT_TRUE(test::is_rounded_to_bf16(got, f32_reference));
+          if (std::string(op) == "max_pool2d") {
+            EXPECT_TRUE(test::is_rounded_to_bf16(got, f32_reference));
+          }
         }
 #ifdef KILN_X86
         // The registry runs the 16-lane max loop on AVX-512 CPUs: the 8-lane one directly too.

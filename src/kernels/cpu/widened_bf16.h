@@ -1,6 +1,7 @@
-// bf16 operands through an f32 kernel, where the CPU has no bf16 dot products (no AVX512-BF16):
+// bf16 operands through an f32 kernel: where the CPU has no bf16 dot products (no AVX512-BF16),
 // how a .kiln model compiled on a CPU with them runs its bf16 matmuls and convolutions
-// elsewhere. Each bf16 input is widened to f32 (a constant once, at creation; the others on each
+// elsewhere; and the bf16 reference kernels of the ops whose bf16 kernels widen their operands
+// (pooling, attention: the f32 loops between a widening and a rounding). Each bf16 input is widened to f32 (a constant once, at creation; the others on each
 // run, into scratch memory), the f32 kernel runs, and a bf16 output is rounded from its f32
 // result to nearest even, as the reference kernels round. As exact as the bf16 kernels: a product
 // of two bf16 values is exact in f32, and both accumulate in f32.
