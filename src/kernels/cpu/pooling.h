@@ -2,6 +2,7 @@
 // average pooling and the AVX2 max and average pooling (plain, and channels-inner layouts).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +56,26 @@ inline ChannelsInner channels_inner(const Pool2dGeometry& g) {
   if (g.layout == Layout::NHWC) return {g.n, g.c};
   const int64_t b = layout_channel_block(g.layout);
   return {g.n * (g.c / b), b};
+}
+
+// The walk of the channels-inner loops (pooling_avx2.cc, pooling_avx512.cc) over output rows
+// [begin, end) of outer·OH: output(x_channels, y_channels, count, block, oy, ox) for each output
+// pixel and each kLanes channels of it (count of them at the block's end), where window element
+// `pixel` of those channels starts at x_channels + pixel * block. Always inlined, as
+// for_each_window_element.
+template <int64_t kLanes, typename T, typename Output>
+__attribute__((always_inline)) inline void for_each_channels_inner_output(
+    const Pool2dGeometry& g, const T* x, T* y, int64_t begin, int64_t end, Output output) {
+  const ChannelsInner v = channels_inner(g);
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t o = row / g.oh, oy = row % g.oh;
+    const T* image = x + o * g.h * g.w * v.block;
+    T* y_row = y + row * g.ow * v.block;
+    for (int64_t ox = 0; ox < g.ow; ++ox)
+      for (int64_t c = 0; c < v.block; c += kLanes)
+        output(image + c, y_row + ox * v.block + c, std::min(kLanes, v.block - c), v.block, oy,
+               ox);
+  }
 }
 
 enum class PoolAlgorithm {

@@ -171,23 +171,17 @@ KILN_TARGET_AVX2 inline void store_channels(BFloat16* p, int64_t count, __m256i,
 template <typename R, typename T, typename Finish>
 KILN_TARGET_AVX2 void pool_channels_inner(const Pool2dGeometry& g, const T* x, T* y,
                                           int64_t begin, int64_t end, Finish finish) {
-  const ChannelsInner v = channels_inner(g);
-  for (int64_t row = begin; row < end; ++row) {
-    const int64_t o = row / g.oh, oy = row % g.oh;
-    const T* image = x + o * g.h * g.w * v.block;
-    T* y_row = y + row * g.ow * v.block;
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      for (int64_t c = 0; c < v.block; c += 8) {
-        const int64_t count = std::min<int64_t>(8, v.block - c);
+  for_each_channels_inner_output<8>(
+      g, x, y, begin, end,
+      [&](const T* in, T* out, int64_t count, int64_t block, int64_t oy,
+          int64_t ox) KILN_TARGET_AVX2 {
         const __m256i mask = tail_mask(count);
         typename R::Vector r;
         for_each_window_element(g, oy, ox, [&](int64_t pixel) KILN_TARGET_AVX2 {
-          r.add(load_channels(image + pixel * v.block + c, count, mask));
+          r.add(load_channels(in + pixel * block, count, mask));
         });
-        store_channels(y_row + ox * v.block + c, count, mask, finish(r.result(), oy, ox));
-      }
-    }
-  }
+        store_channels(out, count, mask, finish(r.result(), oy, ox));
+      });
 }
 
 }  // namespace

@@ -41,31 +41,24 @@ KILN_TARGET_AVX512 inline void store_channels(BFloat16* p, int64_t count, __mmas
 template <typename T>
 KILN_TARGET_AVX512 void max_pool(const Pool2dGeometry& g, const T* x, T* y, int64_t begin,
                                  int64_t end) {
-  const ChannelsInner v = channels_inner(g);
   const __m512 lowest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
-  for (int64_t row = begin; row < end; ++row) {
-    const int64_t o = row / g.oh, oy = row % g.oh;
-    const T* image = x + o * g.h * g.w * v.block;
-    T* y_row = y + row * g.ow * v.block;
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      for (int64_t c = 0; c < v.block; c += 16) {
-        const int64_t count = std::min<int64_t>(16, v.block - c);
+  for_each_channels_inner_output<16>(
+      g, x, y, begin, end,
+      [&](const T* in, T* out, int64_t count, int64_t block, int64_t oy,
+          int64_t ox) KILN_TARGET_AVX512 {
         const auto lanes = static_cast<__mmask16>((1u << count) - 1);
         // max(v, acc) keeps acc when either is NaN or on ties (the earlier value); NaNs among
         // the v are collected apart and put back at the end, as in the 8-lane loop.
         __m512 acc = lowest;
         __mmask16 saw_nan = 0;
         for_each_window_element(g, oy, ox, [&](int64_t pixel) KILN_TARGET_AVX512 {
-          const __m512 value = load_channels(image + pixel * v.block + c, count, lanes);
+          const __m512 value = load_channels(in + pixel * block, count, lanes);
           acc = _mm512_maskz_max_ps(0xFFFF, value, acc);
           saw_nan |= _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q);
         });
-        store_channels(y_row + ox * v.block + c, count, lanes,
-                       _mm512_mask_blend_ps(saw_nan, acc, nan));
-      }
-    }
-  }
+        store_channels(out, count, lanes, _mm512_mask_blend_ps(saw_nan, acc, nan));
+      });
 }
 
 }  // namespace
