@@ -6,7 +6,7 @@
 //     →  %xL = reorder(%x) {layout = L}
 //        %a' : <L> = conv2d(%xL, %w1) {layout = L} ; %b' : <L> = conv2d(%a', %w2) {layout = L}
 //        %p = reorder(%b') {layout = "plain"} ; %c = relu(%p) ; output %c
-// L is the first of the pass's candidate layouts for the chain's dtype
+// L is the first of the pass's candidate layouts for the chain's dtype and convolutions
 // (cpu::conv_layout_candidates: measured per CPU) that fits every member: each output's channels
 // suit it, and so does each input from outside the chain, or x has fewer channels than a block
 // (oneDNN's first-layer kernels read such an x plain, as a stem convolution reads its 3
@@ -121,15 +121,20 @@ class ChooseLayouts final : public Pass {
   static bool reads_bf16(const Node* n) {
     return is_conv(*n) && n->input(0)->type().dtype == DType::BF16;
   }
-  std::vector<Layout> candidates_of(bool bf16) const {
-    std::vector<Layout> candidates = candidates_(bf16 ? DType::BF16 : DType::F32);
+  std::vector<Layout> candidates_of(const std::vector<const Node*>& convs) const {
+    const bool bf16 = std::any_of(convs.begin(), convs.end(), reads_bf16);
+    std::vector<Layout> candidates = candidates_(bf16 ? DType::BF16 : DType::F32, convs);
     KILN_ASSERT(!candidates.empty(), "choose_layouts needs at least a fallback layout");
     return candidates;
   }
   std::vector<Layout> candidates_for(const std::vector<Node*>& chain) const {
-    return candidates_of(std::any_of(chain.begin(), chain.end(), reads_bf16));
+    std::vector<const Node*> convs;
+    for (const Node* n : chain)
+      if (is_conv(*n)) convs.push_back(n);
+    return candidates_of(convs);
   }
-  Layout fallback(const Node& conv) const { return candidates_of(reads_bf16(&conv)).back(); }
+  // The layout a convolution would take alone.
+  Layout fallback(const Node& conv) const { return candidates_of({&conv}).back(); }
 
   // Whether `layout` fits chain member `n` (see the top of the file).
   bool member_fits(const Node& n, Layout layout) const {
@@ -236,11 +241,12 @@ std::unique_ptr<Pass> make_choose_layouts(LayoutCandidates candidates) {
 }
 
 std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates) {
-  return make_choose_layouts([candidates](DType) { return candidates; });
+  return make_choose_layouts(
+      [candidates](DType, const std::vector<const Node*>&) { return candidates; });
 }
 
 std::unique_ptr<Pass> make_choose_layouts() {
-  return make_choose_layouts([](DType dtype) { return cpu::conv_layout_candidates(dtype); });
+  return make_choose_layouts(cpu::conv_layout_candidates);
 }
 
 }  // namespace kiln

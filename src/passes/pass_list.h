@@ -43,9 +43,10 @@ std::unique_ptr<Pass> make_fold_conv_batch_norm();
 std::unique_ptr<Pass> make_fuse_conv_epilogue();
 
 // Stage format: convolution chains in the first of this CPU's candidate layouts for their dtype
-// that fits them (cpu::conv_layout_candidates), or of `candidates` (the last the fallback; one
-// list for every dtype, or one per dtype).
-using LayoutCandidates = std::function<std::vector<Layout>(DType)>;
+// and convolutions that fits them (cpu::conv_layout_candidates), or of `candidates` (the last
+// the fallback; one list for every chain, or one per dtype and the chain's conv2d nodes).
+using LayoutCandidates =
+    std::function<std::vector<Layout>(DType, const std::vector<const Node*>& convs)>;
 std::unique_ptr<Pass> make_choose_layouts();
 std::unique_ptr<Pass> make_choose_layouts(std::vector<Layout> candidates);
 std::unique_ptr<Pass> make_choose_layouts(LayoutCandidates candidates);

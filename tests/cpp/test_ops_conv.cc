@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "kernel_harness.h"
+#include "kernels/cpu/conv.h"
 
 namespace kiln {
 namespace {
@@ -201,6 +202,119 @@ TEST(OpsConv, ResidualIsAddedAfterTheBiasInPlaceOrNot) {
       kernel->run(inputs, outputs, scratch.data());
       EXPECT_TRUE(test::same_values(y_in_r, want)) << "y in r's buffer";
     }
+}
+
+// ---------------------------------------------------------------- Winograd
+
+// A conv2d of `c` in nChw16c with constant weights and bias, as the format stage leaves
+// ResNet's 3x3 convolutions, and its inputs.
+struct BlockedConv {
+  Graph graph;
+  Node* node = nullptr;
+  std::vector<Tensor> inputs;
+
+  BlockedConv(const ConvCase& c, const std::string& activation, std::mt19937& rng) {
+    const Tensor w = test::random_tensor(DType::F32, c.w, rng, -1, 1);
+    const Tensor bias = test::random_tensor(DType::F32, {c.w[0]}, rng, -1, 1);
+    inputs = {test::random_tensor(DType::F32, c.x, rng, -1, 1), w, bias};
+    AttrMap attrs = c.attrs();
+    attrs["fused_activation"] = activation;
+    attrs["layout"] = std::string("nChw16c");
+    node = graph
+               .add("conv2d",
+                    {graph.add_input("x", TensorType{DType::F32, make_shape(c.x),
+                                                     Layout::NChw16c}),
+                     graph.add_constant("w", w), graph.add_constant("bias", bias)},
+                    attrs)
+               ->producer();
+  }
+};
+
+// oneDNN's Winograd kernels (F(2x2, 3x3) at small batches, F(4x4, 3x3) at larger ones) against
+// the reference, within the dot-product bound of the direct kernels: their transforms add
+// roundings of their own, but on these inputs, as on ResNet-50's shapes (docs/ops.md), their
+// error stays within it.
+TEST(OpsConv, WinogradMatchesReferenceWithinTheDotBound) {
+  if (!cpu::onednn_has_winograd()) GTEST_SKIP() << "oneDNN has no Winograd kernels on this CPU";
+  const ConvCase cases[] = {
+      {.x = {1, 16, 9, 9}, .w = {16, 16, 3, 3}, .padding = {1, 1}},
+      {.x = {1, 64, 14, 14}, .w = {64, 64, 3, 3}, .padding = {1, 1}},
+      {.x = {2, 32, 13, 11}, .w = {48, 32, 3, 3}, .padding = {1, 1}},
+      {.x = {8, 32, 12, 12}, .w = {32, 32, 3, 3}, .padding = {1, 1}},
+      {.x = {1, 16, 10, 11}, .w = {32, 16, 3, 3}}};
+  std::mt19937 rng(31);
+  for (const ConvCase& c : cases)
+    for (const char* activation : {"none", "relu"}) {
+      SCOPED_TRACE(c.name() + " " + activation);
+      BlockedConv conv(c, activation, rng);
+      const KernelSpec spec = spec_with_constants(*conv.node);
+      ASSERT_EQ(test::kernel_of("conv2d", "onednn_winograd").unsupported_reason(spec), "");
+      const Tensor expected = create_and_run("conv2d", "reference", spec, conv.inputs);
+      const Tensor magnitude = create_and_run("conv2d", "reference", spec, abs_all(conv.inputs));
+      const Tensor got = create_and_run("conv2d", "onednn_winograd", spec, conv.inputs);
+      test::expect_within_dot_bound(got, expected, magnitude, c.w[1] * 9 + 1, "winograd");
+    }
+}
+
+// What the Winograd kernel doesn't take, each with its reason; the direct kernel runs those.
+TEST(OpsConv, WinogradTakesDense3x3Stride1F32ConvolutionsInNChw16cOnly) {
+  std::mt19937 rng(2);
+  const KernelDef& winograd = test::kernel_of("conv2d", "onednn_winograd");
+  auto reason = [&](const ConvCase& c, const std::string& activation = "relu") {
+    BlockedConv conv(c, activation, rng);
+    return winograd.unsupported_reason(spec_with_constants(*conv.node));
+  };
+  const ConvCase dense{.x = {1, 16, 8, 8}, .w = {16, 16, 3, 3}, .padding = {1, 1}};
+  EXPECT_NE(reason({.x = {1, 16, 8, 8}, .w = {16, 16, 3, 3}, .stride = {2, 2}}), "");
+  EXPECT_NE(reason({.x = {1, 16, 8, 8}, .w = {16, 16, 1, 1}}), "");
+  EXPECT_NE(reason({.x = {1, 16, 8, 8}, .w = {16, 16, 3, 3}, .dilation = {2, 2}}), "");
+  EXPECT_NE(reason({.x = {1, 16, 8, 8}, .w = {16, 1, 3, 3}, .padding = {1, 1}, .groups = 16}),
+            "");
+  EXPECT_NE(reason(dense, "gelu_erf"), "");
+  // x and w graph inputs, plain layouts: the direct kernel's.
+  ConvGraph plain(dense, true, "relu", /*w_constant=*/false, rng);
+  EXPECT_NE(winograd.unsupported_reason(spec_with_constants(*plain.node)), "");
+  if (!cpu::onednn_has_winograd()) {
+    EXPECT_NE(reason(dense), "");
+    return;
+  }
+  EXPECT_EQ(reason(dense), "");
+  EXPECT_EQ(reason(dense, "none"), "");
+  // Where it doesn't run, creating it is a coded error, never a crash.
+  ConvGraph direct_only(dense, true, "relu", /*w_constant=*/false, rng);
+  EXPECT_EQ(test::error_code_of([&] {
+              winograd.create(spec_with_constants(*direct_only.node));
+            }),
+            ErrorCode::UnsupportedOperator);
+}
+
+// NaN and inf in x: the Winograd kernel never loses a NaN the reference gives (without an
+// activation), and outputs whose tiles hold none stay finite and within the bound.
+TEST(OpsConv, WinogradKeepsEveryNaNTheReferenceGives) {
+  if (!cpu::onednn_has_winograd()) GTEST_SKIP() << "oneDNN has no Winograd kernels on this CPU";
+  std::mt19937 rng(3);
+  for (int64_t batch : {1, 8}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const ConvCase c{.x = {batch, 16, 12, 12}, .w = {16, 16, 3, 3}, .padding = {1, 1}};
+    BlockedConv conv(c, "none", rng);
+    float* x = conv.inputs[0].data<float>();
+    x[5 * 144 + 6 * 12 + 6] = std::numeric_limits<float>::quiet_NaN();
+    x[9 * 144 + 1 * 12 + 2] = std::numeric_limits<float>::infinity();
+    const KernelSpec spec = spec_with_constants(*conv.node);
+    const Tensor expected = create_and_run("conv2d", "reference", spec, conv.inputs);
+    const Tensor got = create_and_run("conv2d", "onednn_winograd", spec, conv.inputs);
+    int64_t finite_both = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const float g = got.data<float>()[i], r = expected.data<float>()[i];
+      if (std::isnan(r)) {
+        EXPECT_TRUE(std::isnan(g)) << "element " << i;
+      }
+      if (std::isfinite(g) && std::isfinite(r)) ++finite_both;
+    }
+    // Only the outputs of tiles whose inputs hold one of the two values may be non-finite: at
+    // most four 4x4 tiles (F(4x4, 3x3)) around each, in every output channel.
+    EXPECT_GE(finite_both, got.numel() - 2 * 64 * 16);
+  }
 }
 
 // ---------------------------------------------------------------- reference, by hand

@@ -6,6 +6,7 @@
 // pooling kernels in every layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "kernel_harness.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/layout.h"
 #include "pass_test_util.h"
@@ -67,7 +69,7 @@ TEST(ChooseLayouts, ReordersOnlyAtChainBoundaries) {
 // Each chain takes the candidates of its dtype: the bf16 chain (fold_bf16_casts_into_conv's
 // convolutions) nhwc, the f32 one nChw8c.
 TEST(ChooseLayouts, EachChainTakesItsDtypesCandidates) {
-  auto pass = make_choose_layouts([](DType dtype) {
+  auto pass = make_choose_layouts([](DType dtype, const std::vector<const Node*>&) {
     return std::vector<Layout>{dtype == DType::BF16 ? Layout::NHWC : Layout::NChw8c};
   });
   expect_rewrite(*pass, R"(graph @g {
@@ -396,6 +398,48 @@ TEST(ChooseLayouts, PoolingOutsideChainsStaysPlain) {
   %p = reorder(%c) {layout = "plain"}
   output %p
 })");
+}
+
+// A chain holding a 3x3 stride-1 convolution runs in nChw16c where oneDNN has Winograd kernels,
+// which read and write only that layout, and its convolution takes them; a chain without one
+// keeps the CPU's other candidates.
+TEST(ChooseLayouts, ChainsWithWinogradShapesTryNChw16cFirst) {
+  std::mt19937 rng(9);
+  Graph g("g");
+  Value* x = g.add_input("x", TensorType{DType::F32, make_shape({1, 32, 14, 14})});
+  auto conv = [&](int64_t k, int64_t stride, const std::string& name) {
+    Value* w = g.add_constant("w_" + name,
+                              test::random_tensor(DType::F32, {32, 32, k, k}, rng, -0.2, 0.2));
+    return g.add("conv2d", {x, w},
+                 {{"stride", std::vector<int64_t>{stride, stride}},
+                  {"padding", std::vector<int64_t>{k / 2, k / 2}},
+                  {"fused_activation", std::string("relu")}},
+                 name);
+  };
+  Value* dense3x3 = conv(3, 1, "dense3x3");
+  Value* pointwise = conv(1, 1, "pointwise");
+  Value* strided = conv(3, 2, "strided");
+  g.set_outputs({dense3x3, pointwise, strided});
+  const Node* winograd_shaped = dense3x3->producer();
+  const std::vector<Layout> usual = cpu::conv_layout_candidates(DType::F32);
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {pointwise->producer()}), usual);
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {pointwise->producer(), strided->producer()}),
+            usual);
+  if (!cpu::onednn_has_winograd()) {
+    EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {winograd_shaped}), usual);
+    return;
+  }
+  const std::vector<Layout> winograd = cpu::conv_layout_candidates(DType::F32, {winograd_shaped});
+  EXPECT_EQ(winograd.front(), Layout::NChw16c);
+  EXPECT_EQ(std::count(winograd.begin(), winograd.end(), Layout::NChw16c), 1);
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {pointwise->producer(), winograd_shaped}),
+            winograd);
+  // Through the pipeline: the 3x3 stride-1 convolution runs in nChw16c on the Winograd kernel.
+  auto compiled = CompiledGraph::compile(g, CompileOptions{.verify = true});
+  for (const Node* n : compiled->graph().nodes())
+    if (n->name() == "dense3x3") EXPECT_EQ(n->attr_string("layout"), "nChw16c");
+  const std::string plan = compiled->describe_plan({{1, 32, 14, 14}});
+  EXPECT_NE(plan.find("onednn_winograd"), std::string::npos) << plan;
 }
 
 // ResNet-50's stem, conv → batch_norm → relu → max_pool2d → conv, through the whole pipeline (the

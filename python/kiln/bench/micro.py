@@ -141,7 +141,8 @@ def _kernel_cells(entry: dict, names: list[str], value: str, share: str | None) 
     for name in names:
         k = by_name.get(name)
         if k is None or value not in k:
-            cells.append("—" if k is None else f"error: {k.get('error', '?')[:40]}")
+            cells.append("—" if k is None or "not_run" in k
+                         else f"error: {k.get('error', '?')[:40]}")
         else:
             text = f"{k[value]:.1f}"
             if share and share in k:

@@ -46,4 +46,23 @@ std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
                                                      const ConvEpilogue& epilogue,
                                                      const KernelSpec& spec);
 
+// A dense 3x3 convolution of stride 1 without dilation: what oneDNN's Winograd kernels compute.
+inline bool is_winograd_shape(const Conv2dGeometry& g) {
+  return g.groups == 1 && g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 &&
+         g.dilation_h == 1 && g.dilation_w == 1;
+}
+
+// Whether oneDNN has Winograd kernels on this CPU (AVX-512), asked for a 3x3 convolution of
+// ResNet-50's second stage.
+bool onednn_has_winograd();
+
+// oneDNN's Winograd convolution (AVX-512 only): f32 x and y in nChw16c, constant weights
+// (reordered once into its transformed layout), a bias and relu epilogue. Empty when it can run
+// `spec`, else why not.
+std::string onednn_winograd_unsupported(const Conv2dGeometry& g, const ConvEpilogue& epilogue,
+                                        const KernelSpec& spec);
+std::unique_ptr<KernelInstance> create_onednn_winograd_conv2d(const Conv2dGeometry& g,
+                                                              const ConvEpilogue& epilogue,
+                                                              const KernelSpec& spec);
+
 }  // namespace kiln::cpu

@@ -1,4 +1,10 @@
-// conv2d through oneDNN's convolution (forward inference, direct algorithm). Source and
+// conv2d through oneDNN's convolution (forward inference): the direct algorithm, and the
+// Winograd one for f32 3x3 stride-1 convolutions in nChw16c where oneDNN has it (AVX-512: its
+// F(2x2, 3x3) kernel at small batches, F(4x4, 3x3) at larger ones). Winograd computes in
+// transformed tiles: on ResNet-50's 3x3 shapes its error against a float64 convolution was
+// 0.4-0.5x the direct kernels' at batch 1 and 1.4-2.5x at batch 8, under 3e-6 of the largest
+// |y|; a NaN or inf in x makes NaN every output of the tiles whose inputs it is in, where
+// the direct kernels keep it to the outputs that read it (docs/ops.md). Source and
 // destination stay in the layouts and dtypes of the node's types: plain NCHW, nhwc or oneDNN's
 // blocked nChw8c/nChw16c, which the format stage picks; f32, or bf16 x and w with an f32 or a
 // bf16 y, which oneDNN rounds once, after the post-ops, as conv2d's reference does. The weights
@@ -14,6 +20,7 @@
 // binary post-op (docs/benchmarks.md). Plain NCHW keeps the binary post-op: oneDNN's GEMM-based
 // kernel there adds a sum before the bias, where conv2d adds r after it (as the unfused ops
 // do); given y in r's buffer, it reads a copy of r in its scratch.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <optional>
@@ -31,57 +38,87 @@ namespace kiln::cpu {
 
 namespace {
 
+// In the channels-inner layouts the residual is the sum post-op, read from y itself.
+bool residual_in_y(const ConvEpilogue& epilogue, const KernelSpec& spec) {
+  return epilogue.residual && spec.outputs[0].layout != Layout::Plain;
+}
+
+dnnl::memory::dims weight_dims(const Conv2dGeometry& g) {
+  // Grouped weights [O, C/g, KH, KW] are the same memory as oneDNN's [g, O/g, C/g, KH, KW].
+  return g.groups > 1 ? dnnl::memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}
+                      : dnnl::memory::dims{g.o, g.c, g.kh, g.kw};
+}
+
+dnnl::memory::desc plain_weights_desc(const Conv2dGeometry& g, const KernelSpec& spec) {
+  using tag = dnnl::memory::format_tag;
+  return dnnl::memory::desc(weight_dims(g), onednn_data_type(spec.inputs[1].dtype),
+                            g.groups > 1 ? tag::goihw : tag::oihw);
+}
+
+const Tensor* constant_weights(const KernelSpec& spec) {
+  return spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
+}
+
+// conv2d's convolution with `algorithm` and the epilogue as bias and post-ops; throws
+// dnnl::error where oneDNN has no kernel for it. Source and destination in the node's layouts;
+// constant weights in the layout the primitive picks (format `any`), others plain.
+dnnl::convolution_forward::primitive_desc conv_primitive_desc(const Conv2dGeometry& g,
+                                                              const ConvEpilogue& epilogue,
+                                                              const KernelSpec& spec,
+                                                              dnnl::algorithm algorithm) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  const dnnl::memory::desc src_desc =
+      onednn_desc({g.n, g.c, g.h, g.w}, spec.inputs[0].layout, spec.inputs[0].dtype);
+  const dnnl::memory::desc dst_desc =
+      onednn_desc({g.n, g.o, g.oh, g.ow}, spec.outputs[0].layout, spec.outputs[0].dtype);
+  const dnnl::memory::desc w_request =
+      constant_weights(spec)
+          ? dnnl::memory::desc(weight_dims(g), onednn_data_type(spec.inputs[1].dtype), tag::any)
+          : plain_weights_desc(g, spec);
+  // f32 also for bf16 operands: conv2d accumulates those in f32.
+  const dnnl::memory::desc bias_desc =
+      epilogue.bias ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc();
+  // oneDNN counts dilation from 0 (no gaps); Kiln and PyTorch from 1.
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, algorithm, src_desc, w_request, bias_desc, dst_desc,
+      {g.stride_h, g.stride_w}, {g.dilation_h - 1, g.dilation_w - 1}, {g.pad_top, g.pad_left},
+      {g.pad_bottom, g.pad_right});
+  dnnl::primitive_attr attr = user_scratchpad_attr();
+  dnnl::post_ops ops;
+  // The residual is in y's layout and dtype (conv2d's inference checks).
+  if (residual_in_y(epilogue, spec)) ops.append_sum(1.f);
+  else if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, dst_desc);
+  if (epilogue.activation != Activation::None) append_activation(ops, epilogue.activation);
+  // The direct kernels' relu gives alpha * x = -0 for negative x where PyTorch gives +0; adding
+  // +0 turns -0 into +0 and keeps everything else. The Winograd kernels' relu is max(x, +0),
+  // which gives +0 already, and they take no second eltwise.
+  if (epilogue.activation == Activation::Relu &&
+      algorithm != dnnl::algorithm::convolution_winograd)
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f, 0.f);
+  if (epilogue.clamps())
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, static_cast<float>(epilogue.clamp_min),
+                       static_cast<float>(epilogue.clamp_max));
+  attr.set_post_ops(ops);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());
+}
+
 class OneDnnConv2d final : public KernelInstance {
  public:
-  OneDnnConv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue, const KernelSpec& spec)
-      : threads_(spec.threads),
-        epilogue_(epilogue),
-        residual_in_y_(epilogue.residual && spec.outputs[0].layout != Layout::Plain) {
+  OneDnnConv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue, const KernelSpec& spec,
+               dnnl::algorithm algorithm)
+      : threads_(spec.threads), epilogue_(epilogue), residual_in_y_(residual_in_y(epilogue, spec)) {
     LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
-    using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
-    src_desc_ = onednn_desc({g.n, g.c, g.h, g.w}, spec.inputs[0].layout, spec.inputs[0].dtype);
-    dst_desc_ = onednn_desc({g.n, g.o, g.oh, g.ow}, spec.outputs[0].layout, spec.outputs[0].dtype);
-    // Grouped weights [O, C/g, KH, KW] are the same memory as oneDNN's [g, O/g, C/g, KH, KW].
-    const bool grouped = g.groups > 1;
-    dnnl::memory::dims w_dims =
-        grouped ? dnnl::memory::dims{g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}
-                : dnnl::memory::dims{g.o, g.c, g.kh, g.kw};
-    const dt w_type = onednn_data_type(spec.inputs[1].dtype);
-    dnnl::memory::desc w_plain(w_dims, w_type, grouped ? tag::goihw : tag::oihw);
-    const Tensor* w_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
-    dnnl::memory::desc w_request =
-        w_constant ? dnnl::memory::desc(w_dims, w_type, tag::any) : w_plain;
-    // f32 also for bf16 operands: conv2d accumulates those in f32.
-    dnnl::memory::desc bias_desc =
-        epilogue.bias ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc();
-
-    // oneDNN counts dilation from 0 (no gaps); Kiln and PyTorch from 1.
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_desc_,
-        w_request, bias_desc, dst_desc_, {g.stride_h, g.stride_w},
-        {g.dilation_h - 1, g.dilation_w - 1}, {g.pad_top, g.pad_left}, {g.pad_bottom, g.pad_right});
-    dnnl::primitive_attr attr = user_scratchpad_attr();
-    dnnl::post_ops ops;
-    // The residual is in y's layout and dtype (conv2d's inference checks).
-    if (residual_in_y_) ops.append_sum(1.f);
-    else if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, dst_desc_);
-    if (epilogue.activation != Activation::None) append_activation(ops, epilogue.activation);
-    // oneDNN's relu gives alpha * x = -0 for negative x where PyTorch gives +0; adding +0 turns
-    // -0 into +0 and keeps everything else (NaN included).
-    if (epilogue.activation == Activation::Relu)
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f, 0.f);
-    if (epilogue.clamps())
-      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip,
-                         static_cast<float>(epilogue.clamp_min),
-                         static_cast<float>(epilogue.clamp_max));
-    attr.set_post_ops(ops);
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
+    const dnnl::convolution_forward::primitive_desc pd =
+        conv_primitive_desc(g, epilogue, spec, algorithm);
     primitive_ = dnnl::convolution_forward(pd);
+    src_desc_ = pd.src_desc();
+    dst_desc_ = pd.dst_desc();
     weights_desc_ = pd.weights_desc();
     bias_desc_ = pd.bias_desc();
     scratchpad_desc_ = pd.scratchpad_desc();
-    if (w_constant) packed_w_ = prepacked_constant(spec, 1, w_plain, weights_desc_);
+    if (constant_weights(spec))
+      packed_w_ = prepacked_constant(spec, 1, plain_weights_desc(g, spec), weights_desc_);
   }
 
   size_t scratch_bytes() const override { return residual_copy_offset() + residual_copy_bytes(); }
@@ -146,9 +183,41 @@ std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
   // .kiln model compiled on a CPU with it): the f32 convolution on widened operands instead.
   if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16())
     return create_widened_bf16(spec, [&](const KernelSpec& f32) {
-      return std::make_unique<OneDnnConv2d>(g, epilogue, f32);
+      return std::make_unique<OneDnnConv2d>(g, epilogue, f32,
+                                            dnnl::algorithm::convolution_direct);
     });
-  return std::make_unique<OneDnnConv2d>(g, epilogue, spec);
+  return std::make_unique<OneDnnConv2d>(g, epilogue, spec, dnnl::algorithm::convolution_direct);
+}
+
+std::string onednn_winograd_unsupported(const Conv2dGeometry& g, const ConvEpilogue& epilogue,
+                                        const KernelSpec& spec) {
+  if (!is_winograd_shape(g)) return "a dense 3x3 convolution of stride 1 and no dilation only";
+  if (spec.inputs[0].dtype != DType::F32 || spec.outputs[0].dtype != DType::F32)
+    return "f32 only";
+  if (spec.inputs[0].layout != Layout::NChw16c || spec.outputs[0].layout != Layout::NChw16c)
+    return "nChw16c only";
+  if (!constant_weights(spec)) return "constant weights only";
+  if (epilogue.residual || epilogue.clamps() ||
+      (epilogue.activation != Activation::None && epilogue.activation != Activation::Relu))
+    return "a bias and relu epilogue only";
+  LibraryThreads scope(spec.threads);
+  try {
+    conv_primitive_desc(g, epilogue, spec, dnnl::algorithm::convolution_winograd);
+  } catch (const dnnl::error&) {
+    return "oneDNN has no Winograd kernel for this convolution on this CPU (AVX-512 only)";
+  }
+  return "";
+}
+
+std::unique_ptr<KernelInstance> create_onednn_winograd_conv2d(const Conv2dGeometry& g,
+                                                              const ConvEpilogue& epilogue,
+                                                              const KernelSpec& spec) {
+  if (const std::string why = onednn_winograd_unsupported(g, epilogue, spec); !why.empty())
+    throw_error(ErrorCode::UnsupportedOperator, "conv2d ", spec.node.name(),
+                ": oneDNN's Winograd convolution can't run it: ", why,
+                "; its kernel onednn takes every f32 convolution");
+  return std::make_unique<OneDnnConv2d>(g, epilogue, spec,
+                                        dnnl::algorithm::convolution_winograd);
 }
 
 Layout onednn_preferred_conv_layout(DType dtype) {
@@ -173,7 +242,47 @@ Layout onednn_preferred_conv_layout(DType dtype) {
   return f32;
 }
 
-std::vector<Layout> conv_layout_candidates(DType dtype) {
+bool onednn_has_winograd() {
+  static const bool has = [] {
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::dims dims{1, 64, 56, 56};
+    try {
+      dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(
+              dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd,
+              dnnl::memory::desc(dims, dt::f32, tag::nChw16c),
+              dnnl::memory::desc({64, 64, 3, 3}, dt::f32, tag::any),
+              dnnl::memory::desc(dims, dt::f32, tag::nChw16c), {1, 1}, {1, 1}, {1, 1}),
+          onednn_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+namespace {
+
+// A conv2d node of Winograd's shape (its weights' spatial dims known).
+bool winograd_shaped(const Node* conv) {
+  const Shape& w = conv->input(1)->type().shape;
+  if (w.size() != 4 || !w[2].is_static() || !w[3].is_static()) return false;
+  const auto& stride = conv->attr_ints("stride");
+  const auto& dilation = conv->attr_ints("dilation");
+  return is_winograd_shape(Conv2dGeometry{.kh = w[2].size(),
+                                          .kw = w[3].size(),
+                                          .groups = conv->attr_int("groups"),
+                                          .stride_h = stride[0],
+                                          .stride_w = stride[1],
+                                          .dilation_h = dilation[0],
+                                          .dilation_w = dilation[1]});
+}
+
+}  // namespace
+
+std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const Node*>& convs) {
   // Measured on two CPUs of docs/benchmarks.md (2026-12-01, 2 threads), which oneDNN's ISA
   // tells apart: a Xeon with AMX and a Zen 4 with AVX-512 but no AMX.
   const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
@@ -188,6 +297,17 @@ std::vector<Layout> conv_layout_candidates(DType dtype) {
     // kernels (MobileNetV2 in nChw8c: seconds a call).
     if (preferred == Layout::NHWC) return {Layout::NHWC};
     return {preferred, Layout::NHWC};
+  }
+  // oneDNN's Winograd kernels (conv2d's first) read and write nChw16c only. They ran ResNet-50's
+  // 3x3 convolutions about twice as fast as the direct ones, and ResNet-50 on the Xeon at batch
+  // 1 in 26.0-27.0 against 28.5-29.3 ms in nhwc, at batch 8 in 173 against 203 ms (2026-12-02,
+  // docs/benchmarks.md): a chain holding one of their shapes tries nChw16c first.
+  if (onednn_has_winograd() && std::any_of(convs.begin(), convs.end(), winograd_shaped)) {
+    std::vector<Layout> candidates = conv_layout_candidates(DType::F32);
+    candidates.erase(std::remove(candidates.begin(), candidates.end(), Layout::NChw16c),
+                     candidates.end());
+    candidates.insert(candidates.begin(), Layout::NChw16c);
+    return candidates;
   }
   const Layout preferred = onednn_preferred_conv_layout(DType::F32);
   // Where format `any` picks nhwc (AVX-512: the brgconv kernels) on the Zen 4, oneDNN's jit

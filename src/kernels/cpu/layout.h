@@ -57,8 +57,10 @@ std::unique_ptr<KernelInstance> create_onednn_reorder(const KernelSpec& spec);
 // AVX2, else plain.
 Layout onednn_preferred_conv_layout(DType dtype = DType::F32);
 
-// The layouts the format stage tries for a chain of convolutions of `dtype`, in order of
-// preference (the last is the fallback): measured per CPU (conv_onednn.cc).
-std::vector<Layout> conv_layout_candidates(DType dtype = DType::F32);
+// The layouts the format stage tries for a chain of convolutions of `dtype` (`convs`, the
+// chain's conv2d nodes), in order of preference (the last is the fallback): measured per CPU
+// (conv_onednn.cc).
+std::vector<Layout> conv_layout_candidates(DType dtype = DType::F32,
+                                           const std::vector<const Node*>& convs = {});
 
 }  // namespace kiln::cpu
