@@ -56,7 +56,7 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_conv(bool native_bf16) {
 }
 
 std::unique_ptr<Pass> make_fold_bf16_casts_into_conv() {
-  return make_fold_bf16_casts_into_conv(cpu::has_avx512_bf16());
+  return make_fold_bf16_casts_into_conv(cpu::onednn_has_bf16());
 }
 
 }  // namespace kiln

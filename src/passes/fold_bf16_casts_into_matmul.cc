@@ -39,7 +39,7 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul(bool native_bf16) {
 }
 
 std::unique_ptr<Pass> make_fold_bf16_casts_into_matmul() {
-  return make_fold_bf16_casts_into_matmul(cpu::has_avx512_bf16());
+  return make_fold_bf16_casts_into_matmul(cpu::onednn_has_bf16());
 }
 
 }  // namespace kiln

@@ -48,20 +48,36 @@ double median_seconds(const KernelInstance& kernel, const KernelSpec& spec) {
   return seconds[seconds.size() / 2];
 }
 
+// The kernel created for `spec`, or null where its library refuses what the kernel's rule
+// accepted (oneDNN capped by ONEDNN_MAX_CPU_ISA below the CPU's ISA): `reasons` then says why.
+// Kiln's own errors (out of memory) propagate.
+std::unique_ptr<KernelInstance> create_or_explain(const KernelDef& k, const KernelSpec& spec,
+                                                  std::string& reasons) {
+  try {
+    return k.create(spec);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    reasons += "\n  kernel '" + k.name + "' failed to create: " + e.what();
+    return nullptr;
+  }
+}
+
 KernelChoice autotune(const std::vector<const KernelDef*>& supporting, const OpDef& def,
-                      const KernelSpec& spec) {
+                      const KernelSpec& spec, std::string& reasons) {
   std::vector<const KernelDef*> candidates = supporting;
   // The reference kernels accumulate in double and never win; timing them only costs compile time.
   if (candidates.size() > 1 && candidates.back() == &def.kernels.back()) candidates.pop_back();
   KernelChoice best;
-  if (candidates.size() == 1) {
-    best.kernel = candidates[0];
-    best.instance = candidates[0]->create(spec);
-    return best;
-  }
   double best_seconds = std::numeric_limits<double>::infinity();
   for (const KernelDef* k : candidates) {
-    std::unique_ptr<KernelInstance> instance = k->create(spec);
+    std::unique_ptr<KernelInstance> instance = create_or_explain(*k, spec, reasons);
+    if (!instance) continue;
+    if (candidates.size() == 1) {
+      best.kernel = k;
+      best.instance = std::move(instance);
+      return best;
+    }
     double seconds = std::numeric_limits<double>::infinity();
     try {
       seconds = median_seconds(*instance, spec);
@@ -76,7 +92,7 @@ KernelChoice autotune(const std::vector<const KernelDef*>& supporting, const OpD
       best.instance = std::move(instance);
     }
   }
-  return best;
+  return best;  // no kernel when every candidate's library refused
 }
 
 }  // namespace
@@ -108,11 +124,20 @@ KernelChoice select_kernel(const OpDef& def, const KernelSpec& spec, const std::
                 spec.node.name(), "' with inputs (", types, "):", reasons,
                 "\nChange the input dtypes or shapes to ones the op supports (docs/ops.md).");
   }
-  if (policy == "autotune") return autotune(supporting, def, spec);
-  KernelChoice choice;
-  choice.kernel = supporting.front();
-  choice.instance = choice.kernel->create(spec);
-  return choice;
+  if (policy == "autotune")
+    if (KernelChoice best = autotune(supporting, def, spec, reasons); best.kernel) return best;
+  // A kernel whose library refuses gives the node to the next; the reference kernels, last,
+  // need no library.
+  for (const KernelDef* k : supporting)
+    if (std::unique_ptr<KernelInstance> instance = create_or_explain(*k, spec, reasons)) {
+      KernelChoice choice;
+      choice.kernel = k;
+      choice.instance = std::move(instance);
+      return choice;
+    }
+  throw_error(ErrorCode::UnsupportedOperator, "no kernel of op '", def.name,
+              "' could be created for node '", spec.node.name(), "':", reasons,
+              "\nCheck library settings such as ONEDNN_MAX_CPU_ISA, or report it as a bug.");
 }
 
 std::vector<int> engine_subgraphs(const std::vector<std::string>& engines) {

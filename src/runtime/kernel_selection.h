@@ -32,8 +32,9 @@ struct KernelChoice {
 std::vector<const KernelDef*> supporting_kernels(const OpDef& def, const KernelSpec& spec,
                                                  std::string* reasons = nullptr);
 
-// Picks and creates the kernel for one node. Throws E50001 listing every kernel's reason when
-// none can run the node.
+// Picks and creates the kernel for one node. A kernel whose library refuses at creation (a
+// non-Kiln exception) gives the node to the next supporting one. Throws E50001 listing every
+// kernel's reason when none can run or be created for the node.
 KernelChoice select_kernel(const OpDef& def, const KernelSpec& spec, const std::string& policy);
 
 // The partition: for nodes in execution order with their engines, the subgraph index of each

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 
 #include "kiln/kiln.h"
 #include "ops_test_util.h"
@@ -37,6 +38,42 @@ TEST(KernelSelection, PoliciesPickTheFirstOrTheReferenceKernel) {
   ASSERT_GE(supporting.size(), 2u);  // an optimized kernel and the reference
   EXPECT_EQ(select_kernel(def, spec, "best").kernel, supporting.front());
   EXPECT_EQ(select_kernel(def, spec, "reference").kernel, &def.kernels.back());
+}
+
+// A library that refuses at creation what its kernel's rule accepted (oneDNN capped by
+// ONEDNN_MAX_CPU_ISA) gives the node to the next kernel; when no kernel can be created, a coded
+// error names each failure.
+TEST(KernelSelection, ALibraryRefusalGivesTheNodeToTheNextKernel) {
+  test::OneNode one("matmul", {test::type_of(DType::F32, {8, 16}),
+                               test::type_of(DType::F32, {16, 4})});
+  KernelSpec spec = test::spec_of(*one.node, 1);
+  OpDef def = *OpRegistry::instance().find("matmul");
+  const std::string next = supporting_kernels(def, spec).front()->name;
+  KernelDef refusing = def.kernels.front();
+  refusing.name = "refusing";
+  refusing.unsupported_reason = nullptr;
+  refusing.create = [](const KernelSpec&) -> std::unique_ptr<KernelInstance> {
+    throw std::runtime_error("the library refused");
+  };
+  def.kernels.insert(def.kernels.begin(), refusing);
+  for (const char* policy : {"best", "autotune"}) {
+    KernelChoice choice = select_kernel(def, spec, policy);
+    EXPECT_NE(choice.kernel->name, "refusing") << policy;
+    EXPECT_NE(choice.instance, nullptr) << policy;
+  }
+  EXPECT_EQ(select_kernel(def, spec, "best").kernel->name, next);
+
+  // Every optimized kernel refusing: autotune leaves the node to the reference kernel.
+  for (size_t i = 0; i + 1 < def.kernels.size(); ++i) def.kernels[i].create = refusing.create;
+  EXPECT_EQ(select_kernel(def, spec, "autotune").kernel, &def.kernels.back());
+  def.kernels.back().create = refusing.create;
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { select_kernel(def, spec, "best"); }, &message),
+            ErrorCode::UnsupportedOperator);
+  EXPECT_NE(message.find("kernel 'refusing' failed to create: the library refused"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("ONEDNN_MAX_CPU_ISA"), std::string::npos) << message;
 }
 
 TEST(KernelSelection, AutotuneKeepsATimedSupportingKernel) {

@@ -181,7 +181,7 @@ std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
                                                      const KernelSpec& spec) {
   // oneDNN 2.6 has no bf16 convolution before AVX-512 and emulates it without AVX512-BF16 (a
   // .kiln model compiled on a CPU with it): the f32 convolution on widened operands instead.
-  if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16())
+  if (spec.inputs[0].dtype == DType::BF16 && !onednn_has_bf16())
     return create_widened_bf16(spec, [&](const KernelSpec& f32) {
       return std::make_unique<OneDnnConv2d>(g, epilogue, f32,
                                             dnnl::algorithm::convolution_direct);
@@ -289,7 +289,7 @@ std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const 
   if (dtype == DType::BF16) {
     // Without AVX512-BF16 a bf16 convolution runs the f32 one on widened operands (and oneDNN
     // might have no bf16 convolution to ask about).
-    if (!has_avx512_bf16()) return conv_layout_candidates(DType::F32);
+    if (!onednn_has_bf16()) return conv_layout_candidates(DType::F32);
     const Layout preferred = onednn_preferred_conv_layout(DType::BF16);
     // What format `any` picks: nhwc with AMX, whose brgconv kernels ran ResNet-50 at batch 1 in
     // 10.2 ms against 39.6 in nChw16c's avx512_core_bf16 kernels. nhwc also takes any channel

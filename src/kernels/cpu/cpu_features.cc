@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include "dnnl.hpp"
+
 namespace kiln::cpu {
 
 bool has_avx2_fma() {
@@ -31,6 +33,15 @@ bool has_avx512_bf16() {
 #else
   return false;
 #endif
+}
+
+bool onednn_has_bf16() {
+  static const bool supported = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;  // oneDNN's ISAs are cumulative bit sets
+  }();
+  return supported;
 }
 
 int64_t last_level_cache_bytes() {

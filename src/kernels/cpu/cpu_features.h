@@ -30,8 +30,13 @@ bool has_avx2_fma();
 bool has_avx512f();
 
 // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 onward): bf16 dot products at twice the f32
-// FMA rate, which oneDNN's bf16 matmul uses.
+// FMA rate.
 bool has_avx512_bf16();
+
+// Whether oneDNN runs bf16 natively here: AVX512-BF16 in the ISA it uses, which
+// ONEDNN_MAX_CPU_ISA can cap below the CPU's. Its bf16 matmuls and convolutions run only then;
+// elsewhere they would be emulated or missing.
+bool onednn_has_bf16();
 
 // The largest cache Linux lists for CPU 0 in sysfs (glibc's sysconf overstated the L3 of a Zen 4
 // EPYC tenfold), 0 when it lists none.

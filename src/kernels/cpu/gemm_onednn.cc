@@ -123,7 +123,7 @@ class OneDnnMatmul final : public KernelInstance {
 std::unique_ptr<KernelInstance> create_onednn_matmul(const MatmulGeometry& g,
                                                      const KernelSpec& spec) {
   KILN_ASSERT(!g.is_degenerate(), "oneDNN matmul given a degenerate geometry");
-  if (spec.inputs[0].dtype == DType::BF16 && !has_avx512_bf16()) {
+  if (spec.inputs[0].dtype == DType::BF16 && !onednn_has_bf16()) {
     // oneDNN would emulate bf16, or refuse it: the f32 GEMM on widened operands instead.
     return create_widened_bf16(spec, [g](const KernelSpec& f32) {
       const bool openblas = std::max({g.m, g.n, g.k}) <= INT_MAX &&
