@@ -15,16 +15,17 @@
 // input or the left padding, count_include_pad counting the declared padding but not what
 // ceil_mode's last window overhangs. Max propagates NaN; an average of integers truncates.
 //
-// max_pool2d and avg_pool2d also take bf16 (made by fold_bf16_casts_into_widening_kernels, which
-// drops the casts the builder puts around them): each kernel's f32 result on the widened input,
-// rounded, as between casts (a maximum exactly).
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d also take bf16 (made by
+// fold_bf16_casts_into_widening_kernels, which drops the casts the builder puts around them):
+// each kernel's f32 result on the widened input, rounded, as between casts (a maximum exactly).
 //
 // Kernels, best first: for max, AVX2 (f32 in every layout, bf16 in channels-inner ones; 16 lanes
 // on AVX-512; oneDNN's max pooling drops NaNs); for averages, the AVX2 global average (adaptive
 // to 1x1, f32), oneDNN where it has a jit kernel (f32; plain NCHW has one only with AVX-512),
-// AVX2 (f32 in every layout, bf16 in channels-inner ones); then the reference loops (every dtype
-// PyTorch takes; f32 sums in double; other layouts through plain copies; bf16 through the f32
-// loops on a widened copy).
+// AVX2 (f32 in every layout, bf16 in channels-inner ones; the global average takes bf16
+// through its f32 loop on a widened copy); then the reference loops (every dtype PyTorch takes;
+// f32 sums in double; other layouts through plain copies; bf16 through the f32 loops on a
+// widened copy).
 #include <omp.h>
 
 #include <algorithm>
@@ -148,7 +149,7 @@ void infer_avg_pool2d(InferContext& ctx) {
 }
 
 void infer_adaptive_avg_pool2d(InferContext& ctx) {
-  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64});
+  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64, DType::BF16});
   check_pool_input(ctx);
   check_pair(ctx, "output_size", 1, 0);
   const auto size = pair_of(ctx.attr_ints("output_size"), {1, 1});
@@ -380,6 +381,8 @@ std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec
 }
 
 std::unique_ptr<KernelInstance> adaptive_reference_kernel(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype == DType::BF16)
+    return cpu::create_widened_bf16(spec, adaptive_reference_kernel);
   return typed_kernel(spec, adaptive_geometry(spec),
                       [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
                         adaptive_avg_pool_reference(g, x, y, threads);
@@ -563,13 +566,18 @@ std::unique_ptr<KernelInstance> adaptive_avx2(const KernelSpec& spec) {
 }
 
 std::string global_avx2_unsupported(const KernelSpec& spec) {
-  if (std::string why = avx2_unsupported(spec); !why.empty()) return why;
+  // bf16: the f32 loop on a widened copy (the global average reads each value once).
+  if (std::string why = cpu::avx2_f32_unsupported_reason(
+          spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype);
+      !why.empty())
+    return why;
   const Pool2dGeometry g = adaptive_geometry(spec);
   if (g.oh != 1 || g.ow != 1) return "output_size is not [1, 1]";
   return "";
 }
 
 std::unique_ptr<KernelInstance> global_avx2(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype == DType::BF16) return cpu::create_widened_bf16(spec, global_avx2);
   return make_kernel([g = adaptive_geometry(spec), threads = spec.threads](
                          std::span<const void* const> in, std::span<void* const> out) {
     const float* x = static_cast<const float*>(in[0]);

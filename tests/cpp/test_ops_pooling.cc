@@ -135,7 +135,7 @@ TEST(OpsPooling, ShapeInferenceFailuresNameTheProblem) {
   fails("max_pool2d", g.add_input("b", type_of(DType::Bool, {1, 1, 4, 4})), {{"kernel_size", Ints{2}}},
         "max_pool2d takes f32, f64, bf16, i64, i32, i16, i8, u8, not bool");
   fails("adaptive_avg_pool2d", g.add_input("l", type_of(DType::I64, {1, 1, 4, 4})),
-        {{"output_size", Ints{2}}}, "adaptive_avg_pool2d takes f32, f64, not i64");
+        {{"output_size", Ints{2}}}, "adaptive_avg_pool2d takes f32, f64, bf16, not i64");
   // A symbolic height too small even at its largest.
   Value* small = g.add_input("s", TensorType{DType::F32, {Dim(1), Dim(1), g.add_symbol("H", 1, 2), Dim(8)}});
   fails("max_pool2d", small, {{"kernel_size", Ints{3}}}, "but the input has at most 2 rows");
@@ -313,6 +313,19 @@ TEST(OpsPooling, Avx2MaxPoolMatchesReference) {
 // kernel's f32 result on the widened input rounded to bf16, the bits of the casts it replaces,
 // NaNs included: in every layout, through each kernel that takes it, and through the 8-lane max
 // loop on AVX-512 CPUs too. A maximum is the f32 reference's whatever the kernel.
+// Random bf16 values with extremes (NaN, infinities, ±0, subnormals), and the same widened to
+// f32.
+std::pair<Tensor, Tensor> random_bf16_and_widened(const Ints& sizes, std::mt19937& rng) {
+  Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 3);
+  test::sprinkle_extremes(x32, rng);
+  Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
+    wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
+  }
+  return {std::move(x), std::move(wide)};
+}
+
 TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
   std::mt19937 rng(11);
   const std::vector<AttrMap> windows = {
@@ -332,15 +345,9 @@ TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
                      std::to_string(channels) + " channels, window " +
                      std::to_string(&window - windows.data()));
         const Ints sizes{2, channels, 11, 9};
-        Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 3);
-        test::sprinkle_extremes(x32, rng);
         // bf16 values, and the same widened, both stored in the layout (the widening and the
         // rounding are elementwise: they commute with it).
-        Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
-        for (int64_t i = 0; i < x.numel(); ++i) {
-          x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
-          wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
-        }
+        const auto [x, wide] = random_bf16_and_widened(sizes, rng);
         const cpu::Nchw dims{sizes[0], sizes[1], sizes[2], sizes[3]};
         Tensor stored = Tensor::empty(DType::BF16, sizes), wide_stored = Tensor::empty(DType::F32, sizes);
         cpu::convert_layout(dims, Layout::Plain, x.data<cpu::BFloat16>(), layout,
@@ -401,6 +408,39 @@ TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
 #endif
       }
     }
+  }
+}
+
+// bf16 adaptive average pooling: each kernel that takes it (the global average's and the
+// reference) gives its f32 result on the widened input, rounded; the f32-only kernels say so.
+TEST(OpsPooling, Bf16AdaptiveAverageIsTheF32OneBetweenCasts) {
+  std::mt19937 rng(12);
+  for (const Ints& output_size : {Ints{1, 1}, Ints{2, 3}, Ints{4, 4}}) {
+    SCOPED_TRACE("output_size " + std::to_string(output_size[0]) + "x" +
+                 std::to_string(output_size[1]));
+    const Ints sizes{2, 19, 7, 9};
+    const auto [x, wide] = random_bf16_and_widened(sizes, rng);
+    Graph g;
+    const AttrMap attrs{{"output_size", output_size}};
+    const Node& node = *g.add_uncast("adaptive_avg_pool2d",
+                                     {g.add_input("x", type_of(DType::BF16, sizes))}, attrs)
+                            ->producer();
+    ASSERT_EQ(node.output()->type().dtype, DType::BF16);
+    const Node& f32_node =
+        *g.add("adaptive_avg_pool2d", {g.add_input("w", type_of(DType::F32, sizes))}, attrs)
+             ->producer();
+    std::vector<std::string> kernels = {"reference"};
+    if (avx2_available() && output_size == Ints{1, 1}) kernels.push_back("global_avx2");
+    for (const std::string& kernel : kernels) {
+      SCOPED_TRACE(kernel);
+      ASSERT_EQ(test::unsupported_reason(node, kernel), "");
+      EXPECT_TRUE(test::is_rounded_to_bf16(test::run_kernel(node, kernel, {x}, 2)[0],
+                                           test::run_kernel(f32_node, kernel, {wide})[0]));
+    }
+    for (const char* f32_only : {"onednn", "avx2"})
+      if (test::has_kernel("adaptive_avg_pool2d", f32_only)) {
+        EXPECT_NE(test::unsupported_reason(node, f32_only), "") << f32_only;
+      }
   }
 }
 

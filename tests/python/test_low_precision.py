@@ -180,6 +180,17 @@ def native_bf16():
         return False
 
 
+def compile_and_dump(fn, inputs, tmp_path, stage):
+    """fn compiled by Kiln with no fallback and run on `inputs`: its result, and the text of the
+    graph dump after `stage` ("select"; "plan" names the kernels)."""
+    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
+                                   "debug.graph_dump.path": str(tmp_path / "dump")})
+    with torch.no_grad():
+        result = torch.compile(fn, backend="kiln", fullgraph=True, options=options)(*inputs)
+    [dump] = (tmp_path / "dump").glob(f"*_{stage}.txt")
+    return result, dump.read_text()
+
+
 class Bottleneck(torch.nn.Module):
     """ResNet's: 1x1, 3x3 and 1x1 convolutions with batch norms, the identity added, relu."""
 
@@ -222,12 +233,8 @@ def test_bf16_conv_blocks_become_convolutions(block, tmp_path):
     torch.manual_seed(5)
     model = block(16).eval().to(torch.bfloat16)
     x = torch.randn(2, 16, 12, 12).to(torch.bfloat16)
-    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
-                                   "debug.graph_dump.path": str(tmp_path / "dump")})
-    with torch.no_grad():
-        compiled = torch.compile(model, backend="kiln", fullgraph=True, options=options)(x)
-    [final] = (tmp_path / "dump").glob("*_select.txt")
-    ops = {line.split("= ")[1].split("(")[0] for line in final.read_text().splitlines()
+    compiled, text = compile_and_dump(model, (x,), tmp_path, "select")
+    ops = {line.split("= ")[1].split("(")[0] for line in text.splitlines()
            if line.startswith("  %")}
     if native_bf16():
         assert ops <= {"conv2d", "reorder"}, ops
@@ -245,12 +252,7 @@ def test_bf16_norms_read_and_write_bf16(tmp_path):
                                 torch.nn.Linear(48, 16), torch.nn.RMSNorm(16),
                                 torch.nn.Linear(16, 8)).eval().to(torch.bfloat16)
     x = torch.randn(4, 32).to(torch.bfloat16)
-    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
-                                   "debug.graph_dump.path": str(tmp_path / "dump")})
-    with torch.no_grad():
-        torch.compile(model, backend="kiln", fullgraph=True, options=options)(x)
-    [final] = (tmp_path / "dump").glob("*_select.txt")
-    text = final.read_text()
+    _, text = compile_and_dump(model, (x,), tmp_path, "select")
     norms = [line for line in text.splitlines() if "_norm(" in line]
     assert len(norms) == 2, text
     assert " : bf16[4, 48] = layer_norm(" in norms[0] and " : bf16[4, 16] = rms_norm(" in norms[1], text
@@ -269,12 +271,7 @@ def test_bf16_pooling_reads_and_writes_bf16(pool, tmp_path):
         torch.nn.ReLU(), pooling(3, 2, 1), torch.nn.Conv2d(16, 16, 1)
     ).eval().to(torch.bfloat16)
     x = torch.randn(2, 3, 32, 32).to(torch.bfloat16)
-    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
-                                   "debug.graph_dump.path": str(tmp_path / "dump")})
-    with torch.no_grad():
-        torch.compile(stem, backend="kiln", fullgraph=True, options=options)(x)
-    [planned] = (tmp_path / "dump").glob("*_plan.txt")  # the dump that names the kernels
-    text = planned.read_text()
+    _, text = compile_and_dump(stem, (x,), tmp_path, "plan")
     [node] = [line for line in text.splitlines() if f"= {pool}(" in line]
     assert " : bf16[2, 16, 8, 8]" in node, text
     if native_bf16():
@@ -291,6 +288,23 @@ def test_bf16_pooling_reads_and_writes_bf16(pool, tmp_path):
     torch.testing.assert_close(got, pool_alone(y), rtol=0, atol=0, equal_nan=True)
 
 
+# bf16 adaptive average pooling reads and writes bf16 too: no cast is left around it. (Pooling
+# to 1x1, ResNet's head, reaches Kiln as a mean: AOTAutograd's decomposition.)
+def test_bf16_adaptive_average_pooling_reads_and_writes_bf16(tmp_path):
+    torch.manual_seed(7)
+    head = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(3),
+        torch.nn.Flatten(), torch.nn.Linear(144, 4)
+    ).eval().to(torch.bfloat16)
+    x = torch.randn(2, 8, 9, 9).to(torch.bfloat16)
+    _, text = compile_and_dump(head, (x,), tmp_path, "plan")
+    [node] = [line for line in text.splitlines() if "= adaptive_avg_pool2d(" in line]
+    assert " : bf16[2, 16, 3, 3]" in node, text
+    pooled = node.split(" = ")[0].split()[0]
+    assert not [line for line in text.splitlines() if f"= to({pooled})" in line], text
+    check_model(head, x, factor=2)
+
+
 # bf16 attention reads and writes bf16 too (fold_bf16_casts_into_widening_kernels, every CPU),
 # with each kind of mask: an additive bf16 mask is widened and added to the f32 scores.
 @pytest.mark.parametrize("mask", ["none", "causal", "bool", "additive"])
@@ -303,16 +317,13 @@ def test_bf16_attention_reads_and_writes_bf16(mask, tmp_path):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=masks.get(mask),
                                               is_causal=mask == "causal")
 
-    options = dict(NO_FALLBACK, **{"debug.graph_dump.type": "txt",
-                                   "debug.graph_dump.path": str(tmp_path / "dump")})
+    got, text = compile_and_dump(attention, (q, k, v), tmp_path, "select")
     with torch.no_grad():
-        got = torch.compile(attention, backend="kiln", fullgraph=True, options=options)(q, k, v)
         eager = attention(q, k, v)
         truth = F.scaled_dot_product_attention(
             q.double(), k.double(), v.double(), is_causal=mask == "causal",
             attn_mask=masks[mask].double() if mask == "additive" else masks.get(mask))
-    [final] = (tmp_path / "dump").glob("*_select.txt")
-    lines = final.read_text().splitlines()
+    lines = text.splitlines()
     [node] = [line for line in lines if "= scaled_dot_product_attention(" in line]
     assert " : bf16[2, 3, 37, 16]" in node, lines
     assert not any("= to(" in line and "bf16" in line.split("=")[0] for line in lines), lines
