@@ -2,8 +2,9 @@
 // subgraph that depends only on weights — is evaluated at compile time with its op's reference
 // kernel and becomes a constant.
 //   %y = op(%c1, ..., %cn)   with every %ci constant   →   const %y = op(c1, ..., cn)
-// A node is kept when its result would be larger than twice its inputs and kGrowthAllowance
-// (an expand of a bias to a huge shape stays an expand: folding must not blow up memory), when
+// A node is kept when its result would hold more than twice its inputs' elements and more than
+// kGrowthAllowance bytes (an expand of a bias to a huge shape stays an expand: folding must not
+// blow up memory; a dtype change, such as a bool mask selected into f32 scores, folds), when
 // its result type is symbolic, or when the reference kernel can't run it (its error then
 // surfaces at run time, where it would have without the pass).
 #include <algorithm>
@@ -23,21 +24,24 @@ std::vector<Tensor> evaluate(const Node& node) {
   const OpDef* def = OpRegistry::instance().find(node.op());
   KILN_ASSERT(def, "node " << node.name() << " has unknown op " << node.op());
   KernelSpec spec{node, {}, {}, {}, 1};
-  size_t input_bytes = 0;
+  int64_t input_elements = 0;
   for (const Value* in : node.inputs()) {
     spec.inputs.push_back(in->type());
     spec.constant_inputs.push_back(&in->constant());
-    input_bytes += in->constant().nbytes();
+    input_elements += in->constant().numel();
   }
+  int64_t output_elements = 0;
   size_t output_bytes = 0;
   for (const Value* out : node.outputs()) {
     if (!is_static(out->type().shape)) return {};
     spec.outputs.push_back(out->type());
-    output_bytes += static_cast<size_t>(num_elements(static_sizes(out->type().shape))) *
-                    dtype_size(out->type().dtype);
+    const int64_t elements = num_elements(static_sizes(out->type().shape));
+    output_elements += elements;
+    output_bytes += static_cast<size_t>(elements) * dtype_size(out->type().dtype);
   }
-  // Twice the inputs is fine: an f16 or bf16 weight widened to f32 (docs/ops.md) folds.
-  if (output_bytes > std::max(2 * input_bytes, kGrowthAllowance)) return {};
+  // Counted in elements, so that a widening (an f16 or bf16 weight to f32, docs/ops.md) or a
+  // bool mask selected into f32 (torch.export's attention masks at batch 8: 1.2 MB) folds.
+  if (output_bytes > kGrowthAllowance && output_elements > 2 * input_elements) return {};
   const KernelDef& reference = def->kernels.back();
   if (reference.unsupported_reason && !reference.unsupported_reason(spec).empty()) return {};
   try {
