@@ -427,27 +427,35 @@ TEST(OpsConv, OneDnnMatchesReferenceOnKernelShapes) {
   check_onednn_against_reference({{1, 17, 3, 3}, {3, 17, 3, 3}});                  // kernel = input
 }
 
+// Four threads running one kernel instance five times each give the serial run's bits.
+void expect_concurrent_runs_match_serial(const std::string& kernel_name, const KernelSpec& spec,
+                                         const std::vector<Tensor>& inputs) {
+  SCOPED_TRACE(kernel_name);
+  auto kernel = test::kernel_of("conv2d", kernel_name).create(spec);
+  Tensor serial = run_instance(*kernel, spec, inputs);
+  std::vector<Tensor> results(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < results.size(); ++t)
+    threads.emplace_back([&, t] {
+      for (int repeat = 0; repeat < 5; ++repeat) results[t] = run_instance(*kernel, spec, inputs);
+    });
+  for (std::thread& t : threads) t.join();
+  for (const Tensor& r : results) EXPECT_TRUE(r.same_contents(serial));
+}
+
 TEST(OpsConv, ConcurrentRunsOfOneInstanceMatchSerial) {
   std::mt19937 rng(5);
   ConvCase c{{2, 16, 14, 14}, {24, 16, 3, 3}, {1, 1}, {1, 1}};
   for (bool w_constant : {false, true}) {
+    SCOPED_TRACE(w_constant ? "w constant" : "w an input");
     ConvGraph g(c, true, "relu", w_constant, rng);
-    KernelSpec spec = spec_with_constants(*g.node);
-    for (const char* name : {"onednn", "reference"}) {
-      SCOPED_TRACE(std::string(name) + (w_constant ? " w constant" : ""));
-      auto kernel = test::kernel_of("conv2d", name).create(spec);
-      Tensor serial = run_instance(*kernel, spec, g.inputs);
-      std::vector<Tensor> results(4);
-      std::vector<std::thread> threads;
-      for (size_t t = 0; t < results.size(); ++t)
-        threads.emplace_back([&, t] {
-          for (int repeat = 0; repeat < 5; ++repeat)
-            results[t] = run_instance(*kernel, spec, g.inputs);
-        });
-      for (std::thread& t : threads) t.join();
-      for (const Tensor& r : results) EXPECT_TRUE(r.same_contents(serial));
-    }
+    for (const char* name : {"onednn", "reference"})
+      expect_concurrent_runs_match_serial(name, spec_with_constants(*g.node), g.inputs);
   }
+  if (!cpu::onednn_has_winograd()) return;
+  BlockedConv blocked({.x = {2, 16, 14, 14}, .w = {32, 16, 3, 3}, .padding = {1, 1}}, "relu", rng);
+  expect_concurrent_runs_match_serial("onednn_winograd", spec_with_constants(*blocked.node),
+                                      blocked.inputs);
 }
 
 // ---------------------------------------------------------------- type inference
