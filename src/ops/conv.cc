@@ -392,6 +392,7 @@ void register_conv_ops(OpRegistry& registry) {
   def.kernels = {
       {"onednn_winograd", "onednn",
        [](const KernelSpec& spec) {
+         if (std::string why = onednn_unsupported(spec); !why.empty()) return why;
          return cpu::onednn_winograd_unsupported(geometry_of(spec), epilogue_of(spec), spec);
        },
        [](const KernelSpec& spec) {

@@ -241,7 +241,9 @@ TEST(OpsConv, WinogradMatchesReferenceWithinTheDotBound) {
       {.x = {1, 64, 14, 14}, .w = {64, 64, 3, 3}, .padding = {1, 1}},
       {.x = {2, 32, 13, 11}, .w = {48, 32, 3, 3}, .padding = {1, 1}},
       {.x = {8, 32, 12, 12}, .w = {32, 32, 3, 3}, .padding = {1, 1}},
-      {.x = {1, 16, 10, 11}, .w = {32, 16, 3, 3}}};
+      {.x = {1, 16, 10, 11}, .w = {32, 16, 3, 3}},
+      {.x = {1, 16, 1, 1}, .w = {16, 16, 3, 3}, .padding = {1, 1}},
+      {.x = {3, 48, 7, 17}, .w = {16, 48, 3, 3}, .padding = {1, 1}}};
   std::mt19937 rng(31);
   for (const ConvCase& c : cases)
     for (const char* activation : {"none", "relu"}) {
@@ -271,6 +273,8 @@ TEST(OpsConv, WinogradTakesDense3x3Stride1F32ConvolutionsInNChw16cOnly) {
   EXPECT_NE(reason({.x = {1, 16, 8, 8}, .w = {16, 1, 3, 3}, .padding = {1, 1}, .groups = 16}),
             "");
   EXPECT_NE(reason(dense, "gelu_erf"), "");
+  EXPECT_EQ(reason({.x = {0, 16, 8, 8}, .w = {16, 16, 3, 3}, .padding = {1, 1}}),
+            "zero-size tensor");
   // x and w graph inputs, plain layouts: the direct kernel's.
   ConvGraph plain(dense, true, "relu", /*w_constant=*/false, rng);
   EXPECT_NE(winograd.unsupported_reason(spec_with_constants(*plain.node)), "");
