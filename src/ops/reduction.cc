@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/widened_bf16.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/reduction_avx2.h"
 #include "ops/op_registry.h"
@@ -115,6 +116,12 @@ struct IsPair<std::pair<A, B>> : std::true_type {};
 // The output dtypes of a policy for an input dtype: Out<T>, or (T, i64) for (values, indices).
 template <typename Policy>
 std::vector<DType> output_dtypes(DType dtype) {
+  // bf16 (mean's), computed on a widened copy: f32's result types, f32 rounded to bf16.
+  if (dtype == DType::BF16) {
+    std::vector<DType> types = output_dtypes<Policy>(DType::F32);
+    std::replace(types.begin(), types.end(), DType::F32, DType::BF16);
+    return types;
+  }
   return visit_dtype<Policy::kDTypes, std::vector<DType>>(dtype, [](auto t) {
     using Out = typename Policy::template Out<decltype(t)>;
     if constexpr (IsPair<Out>::value)
@@ -260,7 +267,8 @@ struct Prod {
 };
 
 struct Mean {
-  static constexpr unsigned kDTypes = kFloats;
+  // bf16: fold_bf16_casts_into_widening_kernels' form of a mean between casts (CNN heads).
+  static constexpr unsigned kDTypes = kFloats | bit(DType::BF16);
   static constexpr bool kNeedsElements = false;
   template <typename T> using Out = T;
   template <typename T, typename Each>
@@ -606,6 +614,14 @@ Params params_of(const KernelSpec& spec, const ReductionOp& op) {
   return Params{op.correction ? spec.node.attr_float("correction") : 1.0};
 }
 
+// `create`'s kernel, or for bf16 operands the kernel it makes for f32 run on a widened copy
+// and rounded: the bits of the casts that fold_bf16_casts_into_widening_kernels dropped.
+template <typename Create>
+std::unique_ptr<KernelInstance> widening_bf16(const KernelSpec& spec, const Create& create) {
+  if (spec.inputs[0].dtype == DType::BF16) return cpu::create_widened_bf16(spec, create);
+  return create(spec);
+}
+
 KernelDef reference_kernel(
     std::function<std::unique_ptr<KernelInstance>(const KernelSpec&)> create) {
   return KernelDef{"reference", "native", [](const KernelSpec&) { return std::string(); },
@@ -620,19 +636,21 @@ KernelDef avx2_kernel(cpu::VectorReduction vector,
   return KernelDef{
       "avx2", "native",
       [extents](const KernelSpec& spec) {
-        std::string reason = cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+        // bf16 runs the f32 loop on a widened copy (create_reduction_kernel).
+        const DType dtype = spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype;
+        std::string reason = cpu::avx2_f32_unsupported_reason(dtype);
         if (reason.empty() && !extents(spec))
           reason = "the reduced dims of " + shape_string(spec.input_sizes(0)) +
                    " are not one block of adjacent dims (the reference kernel walks any)";
         return reason;
       },
       [vector, extents, correction](const KernelSpec& spec) {
-        return make_kernel([vector, e = *extents(spec), c = correction(spec),
+        return widening_bf16(spec, [&](const KernelSpec& spec) { return make_kernel([vector, e = *extents(spec), c = correction(spec),
                             threads = spec.threads](std::span<const void* const> in,
                                                     std::span<void* const> out) {
           cpu::avx2::reduce(vector, static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
                             e, c, threads);
-        });
+        }); });
       }};
 }
 #endif
@@ -655,7 +673,9 @@ void register_reduction(OpRegistry& registry, const ReductionOp& op) {
         [&op](const KernelSpec& spec) { return params_of(spec, op).correction; }));
 #endif
   def.kernels.push_back(reference_kernel([&op](const KernelSpec& spec) {
-    return op.reference(spec, plan_of(spec, op), params_of(spec, op));
+    return widening_bf16(spec, [&op](const KernelSpec& spec) {
+      return op.reference(spec, plan_of(spec, op), params_of(spec, op));
+    });
   }));
   registry.add(std::move(def));
 }

@@ -5,7 +5,8 @@
 //   %y = layer_norm(%x32 [, %w32 [, %b32]]) ; %z = to(%y) {dtype = bf16}
 //     →  %z = layer_norm(%x [, %w [, %b]])            (all bf16)
 // and the same for rms_norm(%x32 [, %w32]), max_pool2d(%x32), avg_pool2d(%x32),
-// adaptive_avg_pool2d(%x32) and
+// adaptive_avg_pool2d(%x32), mean(%x32) (a CNN's global pooling, as AOTAutograd decomposes it)
+// and
 // scaled_dot_product_attention(%q32, %k32, %v32 [, %mask]) (the mask stays as it is: bool, or
 // f32 added to the f32 scores). Exact: the bf16 kernels give the bits of the casts (a maximum
 // is one of its window's values: rounding it changes nothing). The builder puts the casts
@@ -50,6 +51,7 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_widening_kernels() {
                             {"max_pool2d", 1, 1, false},
                             {"avg_pool2d", 1, 1, false},
                             {"adaptive_avg_pool2d", 1, 1, false},
+                            {"mean", 1, 1, false},
                             {"scaled_dot_product_attention", 3, 3, true}};
   std::vector<RewriteRule> rules;
   for (const WideningOp& w : ops) {

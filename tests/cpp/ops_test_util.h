@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/float16.h"
@@ -164,6 +165,20 @@ inline int64_t max_ulp(const Tensor& a, const Tensor& b, int64_t* where = nullpt
     }
   }
   return worst;
+}
+
+// Random bf16 values in [-3, 3] with extremes (NaN, infinities, ±0, subnormals), and the same
+// widened to f32: a bf16 kernel's input and its f32 twin's.
+inline std::pair<Tensor, Tensor> random_bf16_and_widened(const std::vector<int64_t>& sizes,
+                                                          std::mt19937& rng) {
+  Tensor x32 = random_tensor(DType::F32, sizes, rng, -3, 3);
+  sprinkle_extremes(x32, rng);
+  Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
+    wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
+  }
+  return {std::move(x), std::move(wide)};
 }
 
 // A bf16 tensor holding, bit for bit, an f32 tensor's values rounded to bf16 (what a cast gives):

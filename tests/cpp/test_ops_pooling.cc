@@ -313,19 +313,6 @@ TEST(OpsPooling, Avx2MaxPoolMatchesReference) {
 // kernel's f32 result on the widened input rounded to bf16, the bits of the casts it replaces,
 // NaNs included: in every layout, through each kernel that takes it, and through the 8-lane max
 // loop on AVX-512 CPUs too. A maximum is the f32 reference's whatever the kernel.
-// Random bf16 values with extremes (NaN, infinities, ±0, subnormals), and the same widened to
-// f32.
-std::pair<Tensor, Tensor> random_bf16_and_widened(const Ints& sizes, std::mt19937& rng) {
-  Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -3, 3);
-  test::sprinkle_extremes(x32, rng);
-  Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
-    wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
-  }
-  return {std::move(x), std::move(wide)};
-}
-
 TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
   std::mt19937 rng(11);
   const std::vector<AttrMap> windows = {
@@ -347,7 +334,7 @@ TEST(OpsPooling, Bf16PoolingIsTheF32OneBetweenCasts) {
         const Ints sizes{2, channels, 11, 9};
         // bf16 values, and the same widened, both stored in the layout (the widening and the
         // rounding are elementwise: they commute with it).
-        const auto [x, wide] = random_bf16_and_widened(sizes, rng);
+        const auto [x, wide] = test::random_bf16_and_widened(sizes, rng);
         const cpu::Nchw dims{sizes[0], sizes[1], sizes[2], sizes[3]};
         Tensor stored = Tensor::empty(DType::BF16, sizes), wide_stored = Tensor::empty(DType::F32, sizes);
         cpu::convert_layout(dims, Layout::Plain, x.data<cpu::BFloat16>(), layout,
@@ -419,7 +406,7 @@ TEST(OpsPooling, Bf16AdaptiveAverageIsTheF32OneBetweenCasts) {
     SCOPED_TRACE("output_size " + std::to_string(output_size[0]) + "x" +
                  std::to_string(output_size[1]));
     const Ints sizes{2, 19, 7, 9};
-    const auto [x, wide] = random_bf16_and_widened(sizes, rng);
+    const auto [x, wide] = test::random_bf16_and_widened(sizes, rng);
     Graph g;
     const AttrMap attrs{{"output_size", output_size}};
     const Node& node = *g.add_uncast("adaptive_avg_pool2d",

@@ -145,7 +145,7 @@ TEST(OpsReduction, InferenceRejectsBadDimsAndDTypes) {
   EXPECT_MENTIONS(inference_error("argmax", x, dims({0, 1})), "must hold at most one dim");
   EXPECT_MENTIONS(inference_error("log_softmax", x, one_dim(-4)), "use [-3, 2]");
   EXPECT_MENTIONS(inference_error("mean", type_of(DType::I32, {2}), {}),
-                  "mean takes f32, f64, not i32; insert a cast");
+                  "mean takes f32, bf16, f64, not i32; insert a cast");
   for (const char* op : {"var", "std"})
     EXPECT_MENTIONS(inference_error(op, type_of(DType::I64, {2}), {}), "insert a cast");
   EXPECT_MENTIONS(inference_error("log_softmax", type_of(DType::I64, {2}), one_dim(0)),
@@ -525,6 +525,34 @@ TEST(OpsReduction, Avx2ReductionsMatchReference) {
       }
     }
   }
+}
+
+// bf16 mean (fold_bf16_casts_into_widening_kernels' form of a CNN's global pooling between
+// casts): each kernel gives its f32 result on the widened input, rounded, the casts' bits.
+TEST(OpsReduction, Bf16MeanIsTheF32OneBetweenCasts) {
+  std::mt19937 rng(13);
+  int avx2_runs = 0;
+  for (const auto& [sizes, dims] : std::vector<std::pair<Sizes, Ints>>{
+           {{2, 19, 7, 7}, {-1, -2}}, {{3, 1001}, {1}}, {{5, 4, 3}, {0, 2}}, {{17}, {}}}) {
+    SCOPED_TRACE(shape_string(sizes) + " over " + list_of(dims));
+    const auto [x, wide] = test::random_bf16_and_widened(sizes, rng);
+    const AttrMap attrs{{"dim", dims}, {"keepdim", true}};
+    Graph g;
+    const Node& node =
+        *g.add_uncast("mean", {g.add_input("x", type_of(DType::BF16, sizes))}, attrs)->producer();
+    ASSERT_EQ(node.output()->type().dtype, DType::BF16);
+    const Node& f32_node =
+        *g.add("mean", {g.add_input("w", type_of(DType::F32, sizes))}, attrs)->producer();
+    for (const std::string kernel : {"avx2", "reference"}) {
+      if (!test::has_kernel("mean", kernel) || !test::unsupported_reason(node, kernel).empty())
+        continue;
+      SCOPED_TRACE(kernel);
+      avx2_runs += kernel == "avx2";
+      EXPECT_TRUE(test::is_rounded_to_bf16(test::run_kernel(node, kernel, {x}, 2)[0],
+                                           test::run_kernel(f32_node, kernel, {wide})[0]));
+    }
+  }
+  if (avx2_available()) EXPECT_EQ(avx2_runs, 3);  // all but the non-adjacent dims
 }
 
 TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {

@@ -193,12 +193,14 @@ graph @g {
   %ap16 = to(%ap) {dtype = "bf16"}
   %gp = adaptive_avg_pool2d(%p32) {output_size = [1, 1]}
   %gp16 = to(%gp) {dtype = "bf16"}
+  %mn = mean(%p32) {dim = [-1, -2], keepdim = true}
+  %mn16 = to(%mn) {dtype = "bf16"}
   %a32 = to(%a) {dtype = "f32"}
   %s = scaled_dot_product_attention(%a32, %a32, %a32)
   %s16 = to(%s) {dtype = "bf16"}
   %sm = scaled_dot_product_attention(%a32, %a32, %a32, %mask) {is_causal = true}
   %sm16 = to(%sm) {dtype = "bf16"}
-  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %ap16, %gp16, %s16, %sm16
+  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %ap16, %gp16, %mn16, %s16, %sm16
 })",
                  R"(
 graph @g {
@@ -219,9 +221,11 @@ graph @g {
   %m16_1 : bf16[1, 2, 2, 2] = max_pool2d(%p) {kernel_size = [2]}
   %ap16_1 : bf16[1, 2, 2, 2] = avg_pool2d(%p) {kernel_size = [2]}
   %gp16_1 : bf16[1, 2, 1, 1] = adaptive_avg_pool2d(%p) {output_size = [1, 1]}
+  %mn16_1 : bf16[1, 2, 1, 1] = mean(%p) {dim = [-1, -2], keepdim = true}
   %s16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a)
   %sm16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a, %mask) {is_causal = true}
-  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1, %ap16_1, %gp16_1, %s16_1, %sm16_1
+  output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1, %ap16_1, %gp16_1,
+         %mn16_1, %s16_1, %sm16_1
 })");
 }
 

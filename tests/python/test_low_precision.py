@@ -288,18 +288,19 @@ def test_bf16_pooling_reads_and_writes_bf16(pool, tmp_path):
     torch.testing.assert_close(got, pool_alone(y), rtol=0, atol=0, equal_nan=True)
 
 
-# bf16 adaptive average pooling reads and writes bf16 too: no cast is left around it. (Pooling
-# to 1x1, ResNet's head, reaches Kiln as a mean: AOTAutograd's decomposition.)
-def test_bf16_adaptive_average_pooling_reads_and_writes_bf16(tmp_path):
+# bf16 adaptive average pooling reads and writes bf16 too: no cast is left around it. Pooling to
+# 1x1, ResNet's head, reaches Kiln as a mean (AOTAutograd's decomposition), which does the same.
+@pytest.mark.parametrize("size,op", [(3, "adaptive_avg_pool2d"), (1, "mean")])
+def test_bf16_adaptive_average_pooling_reads_and_writes_bf16(size, op, tmp_path):
     torch.manual_seed(7)
     head = torch.nn.Sequential(
-        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(3),
-        torch.nn.Flatten(), torch.nn.Linear(144, 4)
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(size),
+        torch.nn.Flatten(), torch.nn.Linear(16 * size * size, 4)
     ).eval().to(torch.bfloat16)
     x = torch.randn(2, 8, 9, 9).to(torch.bfloat16)
     _, text = compile_and_dump(head, (x,), tmp_path, "plan")
-    [node] = [line for line in text.splitlines() if "= adaptive_avg_pool2d(" in line]
-    assert " : bf16[2, 16, 3, 3]" in node, text
+    [node] = [line for line in text.splitlines() if f"= {op}(" in line]
+    assert f" : bf16[2, 16, {size}, {size}]" in node, text
     pooled = node.split(" = ")[0].split()[0]
     assert not [line for line in text.splitlines() if f"= to({pooled})" in line], text
     check_model(head, x, factor=2)
