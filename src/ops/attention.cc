@@ -1,11 +1,14 @@
 // scaled_dot_product_attention: torch.nn.functional.scaled_dot_product_attention at inference
-// (no dropout; enable_gqa is not supported).
+// (no dropout).
 //
 //   scaled_dot_product_attention(q [..., L, E], k [..., S, E], v [..., S, Ev], [attn_mask];
-//                                is_causal = false, scale = 0.0, q_heads_second_last = false,
-//                                k_heads_second_last = false, v_heads_second_last = false,
-//                                out_heads_second_last = false) -> [..., L, Ev]
-//     batch dims of q, k and v broadcast; attn_mask (bool: true = attend; or q's dtype: added
+//                                is_causal = false, scale = 0.0, enable_gqa = false,
+//                                q_heads_second_last = false, k_heads_second_last = false,
+//                                v_heads_second_last = false, out_heads_second_last = false)
+//                                -> [..., L, Ev]
+//     batch dims of q, k and v broadcast; enable_gqa (grouped-query attention, as PyTorch's):
+//     k and v have Hkv heads (their dim -3, static) where q has Hq, a multiple, and query head
+//     h reads key and value head h / (Hq / Hkv), as if k and v were repeat_interleave'd. attn_mask (bool: true = attend; or q's dtype: added
 //     to the scores) broadcasts to [..., L, S] without enlarging it. is_causal masks key j for
 //     query i when j > i (top-left aligned, as PyTorch), combined with attn_mask when both are
 //     given. scale = 0.0 means unset: 1/sqrt(E), PyTorch's default. *_heads_second_last: that
@@ -75,7 +78,21 @@ void infer_attention(InferContext& ctx) {
   Dim s = ctx.unify(k.shape[k.rank() - 2], v.shape[v.rank() - 2],
                     "k's and v's second-last dims (S, the number of keys)");
   Dim l = q.shape[q.rank() - 2];
-  Shape batch = ctx.broadcast(ctx.broadcast(batch_of(q), batch_of(k)), batch_of(v));
+  Shape k_batch = batch_of(k), v_batch = batch_of(v);
+  if (ctx.attr_bool("enable_gqa")) {
+    ctx.check(q.rank() >= 3 && k.rank() >= 3 && v.rank() >= 3,
+              "enable_gqa needs q, k and v of rank >= 3 ([..., H, L, E])");
+    const Dim hq = q.shape[q.rank() - 3];
+    const Dim hkv = ctx.unify(k.shape[k.rank() - 3], v.shape[v.rank() - 3],
+                              "k's and v's head dims (-3)");
+    ctx.check(hq.is_static() && hkv.is_static() && hkv.size() > 0 &&
+                  hq.size() % hkv.size() == 0,
+              "enable_gqa needs static head counts, q's (" + shape_string(Shape{hq}, &ctx.symbols()) +
+                  ") a multiple of k's and v's (" + shape_string(Shape{hkv}, &ctx.symbols()) + ")");
+    // Each query head reads its group's key and value head: for broadcasting, k and v have q's.
+    k_batch.back() = v_batch.back() = hq;
+  }
+  Shape batch = ctx.broadcast(ctx.broadcast(batch_of(q), k_batch), v_batch);
 
   if (ctx.num_inputs() == 4) {
     const TensorType& mask = ctx.input(3);
@@ -208,7 +225,7 @@ void register_attention_ops(OpRegistry& registry) {
   OpDef def;
   def.name = "scaled_dot_product_attention";
   def.inputs = {{"q"}, {"k"}, {"v"}, {"attn_mask", true}};
-  def.attrs = {{"is_causal", false}, {"scale", 0.0}};
+  def.attrs = {{"is_causal", false}, {"scale", 0.0}, {"enable_gqa", false}};
   for (const char* name : kHeadsSecondLastAttrs) def.attrs.push_back({name, false});
   def.infer = infer_attention;
   def.computes_low_precision_in_f32 = true;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "kernels/cpu/float16.h"
@@ -678,6 +679,106 @@ TEST(OpsAttention, HeadsSecondLastMatchesDenseOperands) {
     p.with_mask({17, 3}, DType::Bool).with_causal(flags % 2 == 1);
     expect_heads_second_last_matches(p, flags, rng);
   }
+}
+
+// ---------------------------------------------------------------- grouped-query attention
+
+// t [..., H, S, E] with each head repeated `group` times in place: torch.repeat_interleave on
+// dim -3, what enable_gqa reads k and v as.
+Tensor repeat_heads(const Tensor& t, int64_t group) {
+  std::vector<int64_t> sizes = t.sizes();
+  const size_t n = sizes.size();
+  const size_t matrix = static_cast<size_t>(sizes[n - 2] * sizes[n - 1]) * dtype_size(t.dtype());
+  const int64_t matrices = t.numel() / (sizes[n - 2] * sizes[n - 1]);
+  sizes[n - 3] *= group;
+  Tensor out = Tensor::empty(t.dtype(), sizes);
+  for (int64_t m = 0; m < matrices; ++m)
+    for (int64_t r = 0; r < group; ++r)
+      std::memcpy(static_cast<char*>(out.data()) + (m * group + r) * matrix,
+                  static_cast<const char*>(t.data()) + m * matrix, matrix);
+  return out;
+}
+
+TEST(OpsAttention, InfersShapesWithGroupedQueryAttention) {
+  Graph g;
+  Dim batch = g.add_symbol("B", 1, 8);
+  Dim l = g.add_symbol("L", 1, 4096);
+  Value* q = g.add_input("q", TensorType{DType::F32, {batch, Dim(8), l, Dim(64)}});
+  Value* k = g.add_input("k", TensorType{DType::F32, {batch, Dim(2), l, Dim(64)}});
+  Value* v = g.add_input("v", TensorType{DType::F32, {batch, Dim(2), l, Dim(32)}});
+  Value* y = g.add(kOp, {q, k, v}, {{"enable_gqa", true}, {"is_causal", true}});
+  EXPECT_EQ(y->type(), (TensorType{DType::F32, {batch, Dim(8), l, Dim(32)}}));
+  // Heads second last: [B, L, H, E].
+  Value* kt = g.add_input("kt", TensorType{DType::F32, {batch, l, Dim(2), Dim(64)}});
+  EXPECT_EQ(g.add(kOp, {q, kt, v}, {{"enable_gqa", true}, {kHeadsSecondLast[1], true}})->type(),
+            (TensorType{DType::F32, {batch, Dim(8), l, Dim(32)}}));
+  g.set_outputs({y});
+  EXPECT_NO_THROW(verify(g));
+
+  auto fails_with = [&](const std::vector<Value*>& in, const std::string& text) {
+    std::string message;
+    EXPECT_EQ(test::error_code_of([&] { g.add(kOp, in, {{"enable_gqa", true}}); }, &message),
+              ErrorCode::ShapeInference);
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+  };
+  Value* k3 = g.add_input("k3", TensorType{DType::F32, {batch, Dim(3), l, Dim(64)}});
+  Value* v3 = g.add_input("v3", TensorType{DType::F32, {batch, Dim(3), l, Dim(32)}});
+  fails_with({q, k3, v3}, "q's ([8]) a multiple of k's and v's ([3])");
+  fails_with({q, k, v3}, "k's and v's head dims (-3) differ: 2 vs 3");
+  Dim h = g.add_symbol("H", 1, 16);
+  Value* kh = g.add_input("kh", TensorType{DType::F32, {batch, h, l, Dim(64)}});
+  Value* vh = g.add_input("vh", TensorType{DType::F32, {batch, h, l, Dim(32)}});
+  fails_with({q, kh, vh}, "enable_gqa needs static head counts");
+  Value* q2 = g.add_input("q2", type_of(DType::F32, {5, 4}));
+  Value* kv2 = g.add_input("kv2", type_of(DType::F32, {7, 4}));
+  fails_with({q2, kv2, kv2}, "enable_gqa needs q, k and v of rank >= 3");
+}
+
+// Every kernel gives, bit for bit, what it gives on k and v with their heads repeated: only
+// addressing changes. Groups of 1 to 8 query heads, several batches (k and v broadcast over
+// one of them), causal, masks, heads second last, decoding rows and several key blocks.
+TEST(OpsAttention, GroupedQueryAttentionReadsEachGroupsHead) {
+  std::vector<std::string> kernels = {"reference"};
+  for (const char* kernel : {"flash", "flash_avx512"})
+    if (available(kernel)) kernels.push_back(kernel);
+  std::mt19937 rng(47);
+  int index = 0;
+  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{8, 2}, {6, 3}, {4, 1}, {5, 5}, {8, 1}})
+    for (int64_t l : {1, 17, 130})
+      for (bool causal : {false, true}) {
+        const int64_t s = l == 1 ? 70 : l, kv_batch = index % 3 == 0 ? 1 : 2;
+        Problem p({2, hq, l, 16}, {kv_batch, hkv, s, 16}, {kv_batch, hkv, s, 24});
+        p.with_causal(causal).with_scale(index % 2 ? 0.3 : 0.0);
+        if (index % 3 == 1) p.with_mask({2, 1, l, s}, index % 2 ? DType::Bool : DType::F32);
+        SCOPED_TRACE(p.name());
+        std::vector<Tensor> grouped = random_inputs(p, rng);
+        std::vector<Tensor> repeated = grouped;
+        std::vector<TensorType> repeated_types = p.types();
+        for (int i : {1, 2}) {
+          repeated[i] = repeat_heads(grouped[i], hq / hkv);
+          repeated_types[i] = type_of(DType::F32, repeated[i].sizes());
+        }
+        AttrMap attrs = p.attrs();
+        std::vector<TensorType> grouped_types = p.types();
+        // k heads second last every other problem, the output every third.
+        if (index % 2) {
+          attrs[kHeadsSecondLast[1]] = true;
+          grouped[1] = swap_heads(grouped[1]);
+          grouped_types[1] = type_of(DType::F32, grouped[1].sizes());
+          repeated[1] = swap_heads(repeated[1]);
+          repeated_types[1] = type_of(DType::F32, repeated[1].sizes());
+        }
+        if (index % 3 == 2) attrs[kHeadsSecondLast[3]] = true;
+        OneNode repeated_node(kOp, repeated_types, attrs);
+        attrs["enable_gqa"] = true;
+        OneNode grouped_node(kOp, grouped_types, attrs);
+        for (const std::string& kernel : kernels) {
+          SCOPED_TRACE(kernel);
+          EXPECT_TRUE(test::same_values(test::run_kernel(*grouped_node.node, kernel, grouped, 2)[0],
+                                        test::run_kernel(*repeated_node.node, kernel, repeated)[0]));
+        }
+        ++index;
+      }
 }
 
 // ---------------------------------------------------------------- bf16

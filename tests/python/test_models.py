@@ -30,6 +30,10 @@ def small_models():
         "resnet": (lambda: T.ResNetModel(T.ResNetConfig(
             embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1])), image),
         "mobilenetv2": (lambda: T.MobileNetV2Model(T.MobileNetV2Config(image_size=32)), image),
+        # Grouped-query attention, RMS norm, rotary embeddings, a gated MLP.
+        "llama": (lambda: T.LlamaModel(T.LlamaConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=100)), ids),
     }
 
 

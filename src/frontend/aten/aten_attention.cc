@@ -12,9 +12,12 @@ void register_aten_attention_converters(ConverterRegistry& r) {
           if (Value* mask = ctx.optional_tensor("attn_mask")) inputs.push_back(mask);
           // Kiln's scale 0 means PyTorch's default 1/sqrt(E).
           double scale = ctx.has("scale") ? ctx.number("scale") : 0.0;
-          return {ctx.add("scaled_dot_product_attention", inputs,
-                          {{"is_causal", ctx.boolean("is_causal")}, {"scale", scale}}),
-                  nullptr};
+          // [B, H, L, E] operands; fewer key and value heads than query heads is grouped-query
+          // attention, which this ATen op infers from the shapes.
+          AttrMap attrs{{"is_causal", ctx.boolean("is_causal")}, {"scale", scale}};
+          if (inputs[1]->type().shape.at(1) != inputs[0]->type().shape.at(1))
+            attrs["enable_gqa"] = true;
+          return {ctx.add("scaled_dot_product_attention", inputs, std::move(attrs)), nullptr};
         });
 }
 

@@ -48,10 +48,12 @@ struct BroadcastOperand {
 
 // `sizes` (as stored, dense row-major) has at most out_batch.size() + 2 dims and broadcasts to
 // [out_batch..., *, *] (type inference checked it); with heads_second_last its dims -3 and -2
-// are stored swapped, so they are swapped back along with their strides.
+// are stored swapped, so they are swapped back along with their strides. With heads_group > 1
+// (grouped-query attention) its dim -3 has out_batch.back() / heads_group heads, and output
+// head h reads head h / heads_group.
 BroadcastOperand broadcast_operand(const std::vector<int64_t>& sizes,
                                    const std::vector<int64_t>& out_batch,
-                                   bool heads_second_last = false) {
+                                   bool heads_second_last = false, int64_t heads_group = 1) {
   const size_t rank = out_batch.size() + 2;
   KILN_ASSERT(sizes.size() <= rank, "attention operand of rank " << sizes.size());
   KILN_ASSERT(!heads_second_last || sizes.size() >= 3,
@@ -79,7 +81,8 @@ BroadcastOperand broadcast_operand(const std::vector<int64_t>& sizes,
   std::vector<int64_t> index(out_batch.size(), 0);
   for (int64_t i = 0; i < count; ++i) {
     int64_t offset = 0;
-    for (size_t d = 0; d < out_batch.size(); ++d) offset += index[d] * strides[d];
+    for (size_t d = 0; d < out_batch.size(); ++d)
+      offset += (d + 1 == out_batch.size() ? index[d] / heads_group : index[d]) * strides[d];
     op.offsets.push_back(offset);
     for (size_t d = out_batch.size(); d-- > 0;) {
       if (++index[d] < out_batch[d]) break;
@@ -113,10 +116,14 @@ AttentionGeometry make_attention_geometry(const KernelSpec& spec) {
   // An empty dot product is 0 whatever the scale (PyTorch scales q and k by sqrt(scale) each).
   g.scale = scale != 0 ? scale : g.e > 0 ? 1 / std::sqrt(static_cast<double>(g.e)) : 1;
   g.causal = spec.node.attr_bool("is_causal");
+  // Grouped-query attention: k and v have fewer heads (dim -3) than the output.
+  const int64_t heads_group =
+      spec.node.attr_bool("enable_gqa") ? out_batch.back() / k[k.size() - 3] : 1;
   BroadcastOperand operands[4];
   for (int i = 0; i < 4; ++i)
     operands[i] = broadcast_operand(i < 3 ? spec.input_sizes(i) : spec.output_sizes(0),
-                                    out_batch, heads_second_last[i]);
+                                    out_batch, heads_second_last[i],
+                                    i == 1 || i == 2 ? heads_group : 1);
   g.q_offsets = std::move(operands[0].offsets);
   g.k_offsets = std::move(operands[1].offsets);
   g.v_offsets = std::move(operands[2].offsets);
