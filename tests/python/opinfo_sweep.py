@@ -69,7 +69,9 @@ SUBSET = (
     "log_softmax", "mm", "bmm", "addmm", "mv", "nn.functional.linear", "nn.functional.conv2d",
     "nn.functional.conv1d", "nn.functional.conv_transpose2d", "nn.functional.layer_norm",
     "nn.functional.max_pool2d", "permute", "transpose", "reshape", "cat", "stack", "split",
-    "squeeze", "index_select", "gather", "flip", "roll",
+    "squeeze", "index_select", "gather", "flip", "roll", "masked_fill", "scatter", "scatter_add",
+    "index_put", "slice_scatter", "select_scatter", "prod", "any", "all", "max", "zeros", "ones",
+    "full_like", "zeros_like", "fill",
 )
 SUBSET_SAMPLES = 4
 

@@ -316,3 +316,32 @@ def test_a_model_mixing_the_ops():
 ], ids=["new_ones", "new_zeros", "new_full", "new_ones_int", "new_ones_f64"])
 def test_new_filled_tensors(fn, names):
     check(fn, *names.split())
+
+
+@pytest.mark.parametrize("fn, names", [
+    (lambda x: x + torch.ones(4, 33), "x"),
+    (lambda x: x - torch.zeros(33, dtype=torch.float64), "x"),   # f64
+    (lambda x: x * torch.full_like(x, 2.5), "x"),
+    (lambda i: i + torch.ones_like(i), "i"),                     # i's dtype: i32
+    (lambda x: torch.zeros_like(x, dtype=torch.int64), "x"),
+    (lambda x: x + x.clone().fill_(1.5), "x"),                   # fill.Scalar
+    (lambda x, y: x.clone().fill_(y[0]), "x y"),                 # fill.Tensor
+    (lambda x, y: x.clone().copy_(y), "x y"),                    # copy, broadcast
+    (lambda i, x: i.clone().copy_(x), "i x"),                    # copy, cast to i32
+], ids=["ones", "zeros_f64", "full_like", "ones_like_int", "zeros_like_i64", "fill_scalar",
+        "fill_tensor", "copy_broadcast", "copy_cast"])
+def test_filled_and_copied_tensors(fn, names):
+    check(fn, *names.split())
+    report = kiln.explain(fn, *[INPUTS[n] for n in names.split()], options=OPTIONS)
+    assert not report.fallback, str(report)
+
+
+@pytest.mark.parametrize("fn, names", [
+    (lambda x, b: x.masked_fill(b, -1e9), "x b"),
+    (lambda x, b: x.masked_fill(b[:1], float("-inf")), "x b"),   # mask broadcast
+    (lambda i, b: i.masked_fill(b, 7), "i b"),                   # kept i32
+    (lambda x, b, y: x.masked_fill(b, y[3]), "x b y"),           # masked_fill.Tensor
+    (lambda h, b: h.masked_fill(b, 1e-3), "h b"),                # f16: the value rounded
+], ids=["scalar", "broadcast_mask", "int", "tensor_value", "f16"])
+def test_masked_fill(fn, names):
+    check(fn, *names.split())

@@ -52,3 +52,39 @@ def test_exported_model_with_metadata_asserts_and_indexing(tmp_path):
     path = tmp_path / "gather.kiln"
     kiln.export(model, (x, positions), path)
     assert torch.equal(kiln.load(path)(x, positions), model(x, positions))
+
+
+# Scatters and index_put: elements move (or add, or multiply), compared bit for bit.
+T = torch.randn(5, 6, generator=torch.Generator().manual_seed(5))
+IDX = torch.tensor([[0, 4, 2], [1, 0, 3]])
+SCATTERS = {
+    "scatter_src": lambda t: t.scatter(1, IDX, -t[:2, :3]),
+    "scatter_value": lambda t: t.scatter(0, IDX, 2.5),
+    "scatter_add": lambda t: t.scatter_add(1, IDX, t[:2, :3]),
+    "scatter_reduce_multiply": lambda t: t.scatter(1, IDX, t[:2, :3], reduce="multiply"),
+    "index_put": lambda t: t.index_put((torch.tensor([4, -1, 0]),), t[1]),
+    "index_put_accumulate": lambda t: t.index_put((torch.tensor([1, 1, 3]), torch.tensor([0, 0, 5])),
+                                                  torch.tensor(1.5), accumulate=True),
+    "slice_scatter": lambda t: torch.slice_scatter(t, -t[:, :2], dim=1, start=1, end=5, step=2),
+    "slice_scatter_open": lambda t: torch.slice_scatter(t, t[2:], dim=0, start=-3),
+    "select_scatter": lambda t: torch.select_scatter(t, -t[:, 0], dim=1, index=-2),
+    "setitem": lambda t: _assign(t),
+}
+
+
+def _assign(t):
+    u = t.clone()
+    u[1:3, ::2] = 0.0
+    u[:, 4] = t[:, 0]
+    return u
+
+
+@pytest.mark.parametrize("case", SCATTERS)
+def test_scatters_match_eager(case):
+    fn = SCATTERS[case]
+    expected = fn(T)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(T)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected)
+    report = kiln.explain(fn, T, options=OPTIONS)
+    assert not report.fallback, str(report)

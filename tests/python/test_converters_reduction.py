@@ -42,3 +42,33 @@ def test_mean_in_a_dtype_kiln_lacks_stays_in_pytorch():
     assert count == 1 and "complex64" in reason, str(report)
     torch.testing.assert_close(torch.compile(fn, backend="kiln")(INPUTS["f32"]),
                                fn(INPUTS["f32"]))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.prod(),
+    lambda x: x.prod(dim=1, keepdim=True),
+    lambda x: (x > 0).any(),
+    lambda x: (x > 0).all(dim=2),
+    lambda x: (x > -3).all(dim=(0, 2), keepdim=True),
+    lambda x: x.max(),
+    lambda x: x.min(),
+    lambda x: x.max(dim=1),
+    lambda x: x.min(dim=-1, keepdim=True),
+], ids=["prod", "prod_dim", "any", "all_dim", "all_dims", "max", "min", "max_dim", "min_dim"])
+def test_reductions_of_the_op_list(fn):
+    x = INPUTS["f32"]
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected)  # values and indices, dtype and shape included
+
+
+def test_safe_softmax_gives_zeros_for_rows_of_only_minus_infinity():
+    """aten._safe_softmax (PyTorch's attention math emits it): a row that attends nothing is 0,
+    where softmax gives NaN."""
+    x = torch.randn(4, 6, generator=G)
+    x[1] = float("-inf")
+    x[2, :3] = float("-inf")
+    fn = lambda x: torch.ops.aten._safe_softmax(x, -1)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x))
+    assert (got[1] == 0).all()

@@ -18,6 +18,7 @@ import kiln
 def small_models():
     ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
     image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    audio = torch.randn(2, 1600, generator=torch.Generator().manual_seed(2))
     return {
         "bert": (lambda: T.BertModel(T.BertConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -34,6 +35,26 @@ def small_models():
         "llama": (lambda: T.LlamaModel(T.LlamaConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=128, vocab_size=100)), ids),
+        # Relative position buckets (full_like), an encoder without causal masking.
+        "t5-encoder": (lambda: T.T5EncoderModel(T.T5Config(
+            d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=100)), ids),
+        # Disentangled attention: masked_fill, ones.
+        "deberta-v2": (lambda: T.DebertaV2Model(T.DebertaV2Config(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            vocab_size=100)), ids),
+        # Attention through PyTorch's math path: _safe_softmax.
+        "falcon": (lambda: T.FalconModel(T.FalconConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)), ids),
+        # A relative position bias table built with select_scatter, slice_scatter and fill.
+        "beit": (lambda: T.BeitModel(T.BeitConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            image_size=32, patch_size=8, use_relative_position_bias=True)), image),
+        # Convolutions over audio, a weight-normed positional convolution, group norm.
+        "wav2vec2": (lambda: T.Wav2Vec2Model(T.Wav2Vec2Config(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
+            num_feat_extract_layers=2, num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4)), audio),
     }
 
 

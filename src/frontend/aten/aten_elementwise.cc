@@ -129,6 +129,18 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   for (const char* overload : {".Tensor_Tensor", ".Tensor_Scalar", ".Scalar"})
     r.add(std::string("aten.pow") + overload, elementwise("pow", {"self", "exponent"}));
   r.add("aten.maximum.default", elementwise("maximum", {"self", "other"}));
+  // x.masked_fill(mask, v): v in x's dtype where mask is true, as PyTorch converts it.
+  r.add("aten.masked_fill.Scalar", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {ctx.add("where", {ctx.tensor("mask"), ctx.scalar(ctx.number("value"), x->type().dtype), x})};
+  });
+  r.add("aten.masked_fill.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    Value* value = ctx.tensor("value");
+    if (value->type().dtype != x->type().dtype)
+      value = ctx.add("to", {value}, {{"dtype", std::string(dtype_name(x->type().dtype))}});
+    return {ctx.add("where", {ctx.tensor("mask"), value, x})};
+  });
   r.add("aten.minimum.default", elementwise("minimum", {"self", "other"}));
   for (const char* op : {"logical_and", "logical_or", "logical_xor"}) {
     r.add("aten." + std::string(op) + ".default", elementwise(op, {"self", "other"}));

@@ -1,5 +1,6 @@
 // Slicing, indexing, joining and splitting → Kiln's indexing and concat_split families.
 #include <algorithm>
+#include <optional>
 
 #include "frontend/converter.h"
 
@@ -63,6 +64,52 @@ std::vector<Value*> index_tensor(ConvertContext& ctx) {
   return {ctx.add("permute", {y}, {{"dims", dims}})};
 }
 
+// x with src written into positions start, start + step, ... (before end) of `dim`, Python
+// slicing's bounds: x.slice_scatter(src, dim, start, end, step). An index_put of those positions
+// along the dim, moved to the front (index_put indexes leading dims) and back.
+Value* slice_scatter(ConvertContext& ctx, Value* x, Value* src, int64_t dim,
+                     std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) {
+  const auto rank = static_cast<int64_t>(x->type().rank());
+  if (dim < -rank || dim >= rank || step < 1)
+    ctx.unsupported("dim " + std::to_string(dim) + " and step " + std::to_string(step) +
+                    " for a tensor of rank " + std::to_string(rank));
+  if (dim < 0) dim += rank;
+  const Dim size = x->type().shape[static_cast<size_t>(dim)];
+  if (!size.is_static()) ctx.unsupported("scattering along a dynamic dim");
+  const int64_t n = size.size();
+  auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t{0}, n); };
+  const int64_t first = clamp(start.value_or(0)), last = std::max(first, clamp(end.value_or(n)));
+  Value* positions =
+      ctx.add("arange", {}, {{"start", double(first)}, {"end", double(last)},
+                             {"step", double(step)}, {"dtype", std::string("i64")}});
+  std::vector<int64_t> order = {dim}, inverse(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim) order.push_back(d);
+  for (int64_t d = 0; d < rank; ++d) inverse[static_cast<size_t>(order[d])] = d;
+  if (dim == 0) return ctx.add("index_put", {x, src, positions});
+  Value* y = ctx.add("index_put", {ctx.add("permute", {x}, {{"dims", order}}),
+                                   ctx.add("permute", {src}, {{"dims", order}}), positions});
+  return ctx.add("permute", {y}, {{"dims", inverse}});
+}
+
+// scatter's overloads: src a tensor, or a number (a tensor of it shaped like the index), and an
+// optional reduce ("add", "multiply").
+Converter scatter(bool value, std::string reduce) {
+  return [value, reduce](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    Value* index = ctx.tensor("index");
+    Value* src = value ? ctx.add("full_like", {index},
+                                 {{"fill_value", ctx.number("value")},
+                                  {"dtype", std::string(dtype_name(x->type().dtype))}})
+                       : ctx.tensor("src");
+    std::string how = reduce;
+    if (ctx.has("reduce")) how = ctx.string("reduce");
+    if (how != "" && how != "add" && how != "multiply")
+      ctx.unsupported("scatter with reduce=\"" + how + "\"");
+    return {ctx.add("scatter", {x, index, src}, {{"dim", ctx.integer("dim")}, {"reduce", how}})};
+  };
+}
+
 }  // namespace
 
 void register_aten_index_converters(ConverterRegistry& r) {
@@ -92,6 +139,44 @@ void register_aten_index_converters(ConverterRegistry& r) {
   r.add("aten.index.Tensor", index_tensor);
   // What the upsample decompositions emit; Kiln's index op checks the bounds either way.
   r.add("aten._unsafe_index.Tensor", index_tensor);
+  r.add("aten.scatter.src", scatter(false, ""));
+  r.add("aten.scatter.value", scatter(true, ""));
+  r.add("aten.scatter.reduce", scatter(false, ""));
+  r.add("aten.scatter.value_reduce", scatter(true, ""));
+  r.add("aten.scatter_add.default", scatter(false, "add"));
+  // x[i0, i1, ...] = values (or +=) with index tensors on leading dims.
+  r.add("aten.index_put.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    std::vector<Value*> inputs = {ctx.tensor("self"), ctx.tensor("values")};
+    for (Value* index : ctx.optional_tensors("indices")) {
+      if (!index) ctx.unsupported("an index of None before another index");
+      if (is_floating(index->type().dtype) || index->type().dtype == DType::Bool ||
+          index->type().dtype == DType::U8)
+        ctx.unsupported("a boolean mask index (its positions depend on the data)");
+      inputs.push_back(index);
+    }
+    return {ctx.add("index_put", inputs, {{"accumulate", ctx.boolean("accumulate")}})};
+  });
+  r.add("aten.slice_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    auto optional = [&](const char* arg) {
+      return ctx.has(arg) ? std::optional<int64_t>(ctx.integer(arg)) : std::nullopt;
+    };
+    return {slice_scatter(ctx, ctx.tensor("self"), ctx.tensor("src"), ctx.integer("dim"),
+                          optional("start"), optional("end"), ctx.integer("step"))};
+  });
+  r.add("aten.select_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const int64_t rank = static_cast<int64_t>(x->type().rank());
+    int64_t dim = ctx.integer("dim");
+    if (dim < -rank || dim >= rank) ctx.unsupported("dim " + std::to_string(dim));
+    if (dim < 0) dim += rank;
+    const Dim size = x->type().shape[static_cast<size_t>(dim)];
+    int64_t index = ctx.integer("index");
+    if (size.is_static() && index < 0) index += size.size();
+    if (index < 0 || (size.is_static() && index >= size.size()))
+      ctx.unsupported("index " + std::to_string(ctx.integer("index")) + " out of range");
+    Value* src = ctx.add("unsqueeze", {ctx.tensor("src")}, {{"dim", dim}});
+    return {slice_scatter(ctx, x, src, dim, index, index + 1, 1)};
+  });
   r.add("aten.gather.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     if (ctx.boolean("sparse_grad")) ctx.unsupported("sparse_grad");
     return {ctx.add("gather", {ctx.tensor("self"), ctx.tensor("index")},

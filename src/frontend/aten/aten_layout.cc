@@ -17,6 +17,21 @@ void require_dense(ConvertContext& ctx) {
   if (!layout.empty() && layout != "torch.strided") ctx.unsupported("layout " + layout);
 }
 
+// `value` cast to `like`'s dtype and broadcast to its shape (static: a dynamic one is left to
+// PyTorch), as copy_ and fill_ write into `like`.
+Value* broadcast_into(ConvertContext& ctx, Value* value, const Value* like) {
+  const TensorType& type = like->type();
+  if (value->type().dtype != type.dtype)
+    value = ctx.add("to", {value}, {{"dtype", std::string(dtype_name(type.dtype))}});
+  if (value->type().shape == type.shape) return value;
+  std::vector<int64_t> sizes;
+  for (const Dim& d : type.shape) {
+    if (!d.is_static()) ctx.unsupported("writing into a tensor of dynamic shape");
+    sizes.push_back(d.size());
+  }
+  return ctx.add("expand", {value}, {{"size", sizes}});
+}
+
 }  // namespace
 
 void register_aten_layout_converters(ConverterRegistry& r) {
@@ -96,9 +111,12 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   r.add("aten.arange.start", [arange](ConvertContext& ctx) {
     return arange(ctx, {{"start", ctx.number("start")}});
   });
-  // x.new_ones(size) and friends: a filled tensor of the node's dtype; x only lends defaults.
+  // x.new_ones(size), torch.ones(size) and friends: a filled tensor of the node's dtype; x only
+  // lends defaults.
   for (auto [target, fill] : {std::pair<const char*, double>{"aten.new_ones.default", 1.0},
-                              {"aten.new_zeros.default", 0.0}})
+                              {"aten.new_zeros.default", 0.0},
+                              {"aten.ones.default", 1.0},
+                              {"aten.zeros.default", 0.0}})
     r.add(target, [fill](ConvertContext& ctx) -> std::vector<Value*> {
       require_dense(ctx);
       return {ctx.add("full", {}, {{"size", ctx.integers("size")}, {"fill_value", fill},
@@ -109,6 +127,28 @@ void register_aten_layout_converters(ConverterRegistry& r) {
     return {ctx.add("full", {}, {{"size", ctx.integers("size")},
                                  {"fill_value", ctx.number("fill_value")},
                                  {"dtype", dtype_attr(ctx)}})};
+  });
+  // zeros_like(x) and friends: x's shape (symbolic dims included), the node's dtype. The memory
+  // format orders elements in memory only.
+  for (const char* op : {"full_like", "zeros_like", "ones_like"})
+    r.add("aten." + std::string(op) + ".default",
+          [op = std::string(op)](ConvertContext& ctx) -> std::vector<Value*> {
+            require_dense(ctx);
+            AttrMap attrs{{"dtype", dtype_attr(ctx)}};
+            if (op == "full_like") attrs["fill_value"] = ctx.number("fill_value");
+            return {ctx.add(op, {ctx.tensor("self")}, std::move(attrs))};
+          });
+  // x.fill_(v) and x.copy_(src) as functionalization leaves them: new tensors shaped like x.
+  r.add("aten.fill.Scalar", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {ctx.add("full_like", {x}, {{"fill_value", ctx.number("value")},
+                                      {"dtype", std::string(dtype_name(x->type().dtype))}})};
+  });
+  r.add("aten.fill.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {broadcast_into(ctx, ctx.tensor("value"), ctx.tensor("self"))};
+  });
+  r.add("aten.copy.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {broadcast_into(ctx, ctx.tensor("src"), ctx.tensor("self"))};
   });
   r.add("prims.convert_element_type.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("a");

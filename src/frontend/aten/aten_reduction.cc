@@ -1,9 +1,21 @@
 // Reductions → Kiln's reduction family.
 #include "frontend/converter.h"
+#include "kiln/error.h"
 
 namespace kiln {
 
 namespace {
+
+// The dims argument `arg`: a list, or one int (the .dim and .dim_int overloads); none (None,
+// or an overload without it) is every dim.
+std::vector<int64_t> reduced_dims(ConvertContext& ctx, const char* arg) {
+  if (!ctx.has(arg)) return {};
+  try {
+    return ctx.integers(arg);
+  } catch (const Error&) {
+    return {ctx.integer(arg)};
+  }
+}
 
 // sum/mean over `dim` (None or [] = every dim; the .default overloads, which have neither dim
 // nor keepdim, reduce every dim); a dtype argument is a cast of the input, as in PyTorch.
@@ -12,7 +24,7 @@ Converter reduce_dims(const std::string& op, const char* dims_arg) {
     Value* x = ctx.tensor("self");
     if (ctx.has("dtype") && *ctx.dtype("dtype") != x->type().dtype)
       x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(*ctx.dtype("dtype")))}});
-    std::vector<int64_t> dims = ctx.has(dims_arg) ? ctx.integers(dims_arg) : std::vector<int64_t>{};
+    std::vector<int64_t> dims = reduced_dims(ctx, dims_arg);
     const bool keepdim = ctx.has("keepdim") && ctx.boolean("keepdim");
     return {ctx.add(op, {x}, {{"dim", dims}, {"keepdim", keepdim}})};
   };
@@ -39,6 +51,22 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
   r.add("aten.logsumexp.default", reduce_dims("logsumexp", "dim"));
   r.add("aten.sum.default", reduce_dims("sum", "dim"));
   r.add("aten.mean.default", reduce_dims("mean", "dim"));
+  for (const char* overload : {".default", ".dim_int"})
+    r.add(std::string("aten.prod") + overload, reduce_dims("prod", "dim"));
+  for (const char* op : {"any", "all"})
+    for (const char* overload : {".default", ".dim", ".dims"})
+      r.add("aten." + std::string(op) + overload, reduce_dims(op, "dim"));
+  // max(x) and min(x): the extreme of every element.
+  r.add("aten.max.default", reduce_dims("max", "dim"));
+  r.add("aten.min.default", reduce_dims("min", "dim"));
+  // max(x, dim) and min(x, dim): (values, indices).
+  for (const char* op : {"max", "min"})
+    r.add("aten." + std::string(op) + ".dim", [op](ConvertContext& ctx) -> std::vector<Value*> {
+      return ctx.graph().add_node(std::string(op) + "_dim", {ctx.tensor("self")},
+                                  {{"dim", ctx.integer("dim")},
+                                   {"keepdim", ctx.boolean("keepdim")}},
+                                  ctx.node_name());
+    });
   r.add("aten.var.correction", spread("var"));
   r.add("aten.std.correction", spread("std"));
   for (const char* op : {"argmax", "argmin"})
