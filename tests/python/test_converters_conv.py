@@ -77,6 +77,18 @@ def test_conv_transpose1d(kwargs):
     compiled_matches_eager(lambda x, w, b: F.conv_transpose1d(x, w, b, **kwargs), x, w, b)
 
 
+def test_one_window_entry_for_every_spatial_dim():
+    """aten.convolution takes `padding=[0]` (F.conv2d(padding="valid"), EfficientNet's strided
+    stem) or `stride=[2]` for every spatial dim."""
+    x, w = torch.randn(2, 3, 9, 9, generator=G), torch.randn(4, 3, 3, 3, generator=G)
+    conv = torch.ops.aten.convolution.default
+    compiled_matches_eager(lambda x, w: conv(x, w, None, [2], [0], [1], False, [0], 1), x, w)
+    compiled_matches_eager(lambda x, w: conv(x, w, None, [1], [1], [2], False, [0], 1), x, w)
+    compiled_matches_eager(lambda x, w: F.conv2d(x, w, stride=2, padding="valid"), x, w)
+    wt = torch.randn(3, 4, 3, 3, generator=G)
+    compiled_matches_eager(lambda x, w: conv(x, w, None, [2], [1], [1], True, [1], 1), x, wt)
+
+
 def test_conv3d_stays_in_pytorch():
     x, w = torch.randn(1, 2, 4, 4, 4, generator=G), torch.randn(3, 2, 2, 2, 2, generator=G)
     fn = lambda x, w: F.conv3d(x, w).relu()  # noqa: E731

@@ -12,16 +12,24 @@ std::vector<int64_t> with_unit_height(std::vector<int64_t> v, int64_t unit) {
   return v;
 }
 
+// A window argument with one entry per spatial dim; ATen takes one entry for all of them
+// (`padding=[0]`, as F.conv2d(padding="valid") and TorchScript-era models pass it).
+std::vector<int64_t> per_spatial_dim(ConvertContext& ctx, const char* arg, int64_t spatial) {
+  std::vector<int64_t> v = ctx.integers(arg);
+  if (v.size() == 1) v.assign(static_cast<size_t>(spatial), v[0]);
+  return v;
+}
+
 Value* unsqueeze(ConvertContext& ctx, Value* x, int64_t dim) {
   return ctx.add("unsqueeze", {x}, {{"dim", dim}});
 }
 
 std::vector<Value*> transposed(ConvertContext& ctx, Value* x, Value* w, Value* bias,
                                int64_t spatial) {
-  AttrMap attrs{{"stride", ctx.integers("stride")},
-                {"padding", ctx.integers("padding")},
-                {"output_padding", ctx.integers("output_padding")},
-                {"dilation", ctx.integers("dilation")},
+  AttrMap attrs{{"stride", per_spatial_dim(ctx, "stride", spatial)},
+                {"padding", per_spatial_dim(ctx, "padding", spatial)},
+                {"output_padding", per_spatial_dim(ctx, "output_padding", spatial)},
+                {"dilation", per_spatial_dim(ctx, "dilation", spatial)},
                 {"groups", ctx.integer("groups")}};
   if (spatial == 2) {
     std::vector<Value*> inputs = {x, w};
@@ -29,10 +37,10 @@ std::vector<Value*> transposed(ConvertContext& ctx, Value* x, Value* w, Value* b
     return {ctx.add("conv_transpose2d", inputs, std::move(attrs))};
   }
   // x[N, C, L] and w[C, O/g, K] as x[N, C, 1, L] and w[C, O/g, 1, K].
-  attrs["stride"] = with_unit_height(ctx.integers("stride"), 1);
-  attrs["padding"] = with_unit_height(ctx.integers("padding"), 0);
-  attrs["output_padding"] = with_unit_height(ctx.integers("output_padding"), 0);
-  attrs["dilation"] = with_unit_height(ctx.integers("dilation"), 1);
+  attrs["stride"] = with_unit_height(per_spatial_dim(ctx, "stride", 1), 1);
+  attrs["padding"] = with_unit_height(per_spatial_dim(ctx, "padding", 1), 0);
+  attrs["output_padding"] = with_unit_height(per_spatial_dim(ctx, "output_padding", 1), 0);
+  attrs["dilation"] = with_unit_height(per_spatial_dim(ctx, "dilation", 1), 1);
   std::vector<Value*> inputs = {unsqueeze(ctx, x, 2), unsqueeze(ctx, w, 2)};
   if (bias) inputs.push_back(bias);
   Value* y = ctx.add("conv_transpose2d", inputs, std::move(attrs));
@@ -54,9 +62,9 @@ void register_aten_conv_converters(ConverterRegistry& r) {
     std::vector<Value*> inputs = {x, w};
     if (bias) inputs.push_back(bias);
     return {ctx.add(spatial == 1 ? "conv1d" : "conv2d", inputs,
-                    {{"stride", ctx.integers("stride")},
-                     {"padding", ctx.integers("padding")},
-                     {"dilation", ctx.integers("dilation")},
+                    {{"stride", per_spatial_dim(ctx, "stride", spatial)},
+                     {"padding", per_spatial_dim(ctx, "padding", spatial)},
+                     {"dilation", per_spatial_dim(ctx, "dilation", spatial)},
                      {"groups", ctx.integer("groups")}})};
   });
 }
