@@ -131,6 +131,21 @@ def target_name(node: fx.Node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
+# Ops whose result depends on how their input lies in memory, not only on its values.
+MEMORY_READERS = frozenset({torch.ops.aten.as_strided.default})
+
+
+def dense_storage(val) -> bool:
+    """True when PyTorch lays the tensor `val` out as Kiln lays out every value: contiguous,
+    from offset 0, filling its whole storage."""
+    try:
+        return bool(isinstance(val, torch.Tensor) and val.is_contiguous()
+                    and val.storage_offset() == 0
+                    and val.untyped_storage().nbytes() == val.numel() * val.element_size())
+    except Exception:  # noqa: BLE001 — a layout that can't be told (symbolic) isn't known dense
+        return False
+
+
 def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph",
               symbol_ranges: dict[str, tuple[int, int]] | None = None) -> str:
     """The graph as JSON; placeholders named in `constants` are marked as frozen weights;
@@ -158,6 +173,9 @@ def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph",
                      else [writer.meta(val)])
             args = (_schema_args(node, writer) if isinstance(node.target, torch._ops.OpOverload)
                     else {})
+            if node.target in MEMORY_READERS:
+                # as_strided reads memory: Kiln's converter needs x laid out as its values are.
+                args["input_is_dense"] = dense_storage(node.args[0].meta.get("val"))
             nodes.append({"name": node.name, "target": target_name(node), "args": args,
                           "outputs": metas, "source": module_path(node)})
         elif node.op == "output":

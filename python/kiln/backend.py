@@ -28,7 +28,8 @@ from kiln import _C, _precision, _upsample
 from kiln._errors import error
 from kiln.config import CompilerConfig
 from kiln._dump import partition_snapshot, write_partition_dump
-from kiln._fx import _INT64_MAX, _bound, is_symbolic_scalar, serialize, target_name
+from kiln._fx import (_INT64_MAX, MEMORY_READERS, _bound, dense_storage, is_symbolic_scalar,
+                      serialize, target_name)
 
 
 class _KilnSupport(OperatorSupportBase):
@@ -339,6 +340,26 @@ def _leave_escaping_sizes_to_pytorch(partition) -> None:
                 moved = True
 
 
+def _leave_memory_layouts_to_pytorch(gm: fx.GraphModule, verdicts: dict[str, str]) -> None:
+    """An op left in PyTorch that reads its input's memory (as_strided) must see the layout eager
+    gives that input, and Kiln's outputs are all dense: the nodes making a tensor that isn't
+    (views, a channels-last convolution) stay in PyTorch too, back to dense ones."""
+    for reader in gm.graph.nodes:
+        if (reader.op != "call_function" or reader.target not in MEMORY_READERS
+                or verdicts.get(reader.name) == ""):
+            continue
+        pending = list(reader.all_input_nodes)
+        while pending:
+            node = pending.pop()
+            if node.op != "call_function" or dense_storage(node.meta.get("val")):
+                continue
+            producer = node.args[0] if node.target is operator.getitem else node
+            if verdicts.get(producer.name) == "":
+                verdicts[producer.name] = (f"{reader.name} (as_strided), left in PyTorch, reads "
+                                           f"the memory of its result as eager lays it out")
+            pending.extend(producer.all_input_nodes)
+
+
 def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                        config: CompilerConfig, report: Report | None = None,
                        dynamic: DynamicSetup | None = None) -> fx.GraphModule:
@@ -349,6 +370,7 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
     constant_names = {placeholders[i].name for i in constants}
     constant_data = {placeholders[i].name: t for i, t in constants.items()}
     verdicts = _C.fx_node_support(serialize(gm, constant_names))
+    _leave_memory_layouts_to_pytorch(gm, verdicts)
     summary = _unsupported_summary(gm, verdicts)
     if summary and not config.get("operator_selection.fallback_to_cpu"):
         raise error("E50001", "operator_selection.fallback_to_cpu is False, but these ops "

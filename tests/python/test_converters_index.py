@@ -88,3 +88,37 @@ def test_scatters_match_eager(case):
     assert torch.equal(got, expected)
     report = kiln.explain(fn, T, options=OPTIONS)
     assert not report.fallback, str(report)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: t.unbind(0)[3] * 2,
+    lambda t: sum(t.unbind(-1)),
+    lambda t: torch.stack(t.reshape(5, 2, 3).unbind(1), dim=2),
+], ids=["unbind_rows", "unbind_last", "unbind_restack"])
+def test_unbind_matches_eager(fn):
+    expected = fn(T)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(T)
+    assert torch.equal(got, expected)
+
+
+# as_strided reads memory: Kiln converts it where PyTorch's input is dense row-major from
+# offset 0 (a reshape, or a gather at constant offsets), and leaves other inputs to PyTorch.
+@pytest.mark.parametrize("fn", [
+    lambda t: (t * 2).as_strided((3, 2, 1), (2, 1, 7)),              # row-major: a reshape
+    lambda t: (t + 1).as_strided((4, 3), (1, 6)),                     # a transpose's view
+    lambda t: (t - 1).as_strided((3, 3), (7, 1), 2),                  # overlapping rows, offset
+    lambda t: (t.amax(-1, keepdim=True)).as_strided((5, 1), (1, 5)),  # Swin's pooler
+], ids=["reshape", "transposed", "overlapping_offset", "size_one_strides"])
+def test_as_strided_of_dense_tensors(fn):
+    expected = fn(T)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(T)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected)
+
+
+def test_as_strided_of_a_strided_view_stays_in_pytorch():
+    fn = lambda t: t.t().as_strided((2, 2), (1, 2)) * 3  # noqa: E731
+    report = kiln.explain(fn, T)
+    count, reason = report.fallback["aten.as_strided.default"]
+    assert count == 1 and "dense row-major" in reason, str(report)
+    assert torch.equal(torch.compile(fn, backend="kiln")(T), fn(T))

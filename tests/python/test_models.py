@@ -49,6 +49,10 @@ def small_models():
         "beit": (lambda: T.BeitModel(T.BeitConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             image_size=32, patch_size=8, use_relative_position_bias=True)), image),
+        # Shifted windows (roll), window partitions, and a pooler's as_strided.
+        "swin": (lambda: T.SwinModel(T.SwinConfig(
+            image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+            window_size=4)), image),
         # Convolutions over audio, a weight-normed positional convolution, group norm.
         "wav2vec2": (lambda: T.Wav2Vec2Model(T.Wav2Vec2Config(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,

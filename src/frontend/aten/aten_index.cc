@@ -212,6 +212,20 @@ void register_aten_index_converters(ConverterRegistry& r) {
     if (sizes.empty()) sizes.push_back(0);
     return split(ctx, sizes);
   });
+  // x.unbind(dim): one select per position (q, k, v = qkv.unbind(0) in many ViTs).
+  r.add("aten.unbind.int", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const int64_t rank = static_cast<int64_t>(x->type().rank());
+    int64_t dim = ctx.integer("dim");
+    if (dim < -rank || dim >= rank) ctx.unsupported("dim out of range");
+    if (dim < 0) dim += rank;
+    const Dim& extent = x->type().shape[static_cast<size_t>(dim)];
+    if (!extent.is_static()) ctx.unsupported("unbind along a dynamic dim");
+    std::vector<Value*> parts;
+    for (int64_t i = 0; i < extent.size(); ++i)
+      parts.push_back(ctx.add("select", {x}, {{"dim", dim}, {"index", i}}));
+    return parts;
+  });
 }
 
 }  // namespace kiln

@@ -58,6 +58,51 @@ void register_aten_shape_converters(ConverterRegistry& r) {
                       std::string(dtype_name(actual)) + " tensor");
     return {nullptr};
   });
+  // as_strided(x, size, stride, storage_offset) reads x's memory through the strides. Kiln's
+  // values are dense row-major, so it converts only where PyTorch's x is too (the importer's
+  // `input_is_dense`: contiguous from offset 0) and every offset falls inside x: strides that
+  // walk `size` in row-major order (size-1 dims aside) read one run of x, a slice and a reshape;
+  // others a gather of the flattened x at constant offsets.
+  r.add("aten.as_strided.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    if (!ctx.has("input_is_dense") || !ctx.boolean("input_is_dense"))
+      ctx.unsupported("as_strided of a tensor PyTorch doesn't lay out dense row-major");
+    if (!ctx.sizes("size").syms.empty() || !ctx.sizes("stride").syms.empty() ||
+        !is_static(x->type().shape))
+      ctx.unsupported("as_strided with dynamic sizes");
+    const std::vector<int64_t> size = ctx.integers("size"), stride = ctx.integers("stride");
+    const int64_t start = ctx.has("storage_offset") ? ctx.integer("storage_offset") : 0;
+    if (size.size() != stride.size()) ctx.unsupported("as many strides as sizes are needed");
+    const int64_t available = num_elements(static_sizes(x->type().shape));
+    const int64_t count = num_elements(size);
+    constexpr int64_t kMaxGather = int64_t{1} << 24;
+    if (count > kMaxGather) ctx.unsupported("an as_strided view of over 2^24 elements");
+    Tensor offsets = Tensor::empty(DType::I64, {count});
+    auto* at = offsets.data<int64_t>();
+    bool one_run = true;
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t rest = i, offset = start;
+      for (size_t d = size.size(); d-- > 0;) {
+        offset += (rest % size[d]) * stride[d];
+        rest /= size[d];
+      }
+      if (offset < 0 || offset >= available)
+        ctx.unsupported("as_strided reads element " + std::to_string(offset) +
+                        " of a tensor of " + std::to_string(available));
+      at[i] = offset;
+      one_run &= offset == at[0] + i;
+    }
+    Value* flat = ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{available}}});
+    if (!one_run) {
+      Value* index = ctx.graph().add_constant(ctx.node_name() + "_offsets", std::move(offsets));
+      flat = ctx.add("index_select", {flat, index}, {{"dim", int64_t{0}}});
+    } else if (count < available) {
+      const int64_t first = count ? at[0] : 0;
+      flat = ctx.add("slice", {flat}, {{"dim", int64_t{0}}, {"start", first},
+                                       {"end", first + count}, {"step", int64_t{1}}});
+    }
+    return {ctx.add("reshape", {flat}, {{"shape", size}})};
+  });
   r.add("aten.permute.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("permute", {ctx.tensor("self")}, {{"dims", ctx.integers("dims")}})};
   });
