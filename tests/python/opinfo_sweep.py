@@ -71,7 +71,7 @@ SUBSET = (
     "nn.functional.max_pool2d", "permute", "transpose", "reshape", "cat", "stack", "split",
     "squeeze", "index_select", "gather", "flip", "roll", "masked_fill", "scatter", "scatter_add",
     "index_put", "slice_scatter", "select_scatter", "prod", "any", "all", "max", "zeros", "ones",
-    "full_like", "zeros_like", "fill", "as_strided", "unbind",
+    "full_like", "zeros_like", "fill", "as_strided", "unbind", "sort",
 )
 SUBSET_SAMPLES = 4
 

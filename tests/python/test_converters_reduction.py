@@ -72,3 +72,27 @@ def test_safe_softmax_gives_zeros_for_rows_of_only_minus_infinity():
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
     torch.testing.assert_close(got, fn(x))
     assert (got[1] == 0).all()
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: torch.cumsum(x, 0, dtype=torch.float64), "f32"),
+    (lambda x: torch.cumsum(x, 1, dtype=torch.int64), "i32"),
+    (lambda x: torch.cumsum(x * 40000000, 1, dtype=torch.int32), "i32"),  # wraps as in PyTorch
+    (lambda x: torch.cumsum(x, -1, dtype=torch.float32), "i32"),
+], ids=["f32_as_f64", "i32_as_i64", "i32_wrapping", "i32_as_f32"])
+def test_cumsum_with_a_dtype(fn, x):
+    x = INPUTS[x]
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0)
+
+
+def test_sort_is_stable_with_nan_above_every_number():
+    x = torch.tensor([[3.0, float("nan"), -1.0, 3.0, 0.0, -0.0, 2.0, -1.0]]).repeat(3, 1)
+    x[1] = x[1].flip(0)
+    for kwargs in ({}, {"descending": True}, {"stable": True}, {"dim": 0, "descending": True}):
+        fn = lambda x: torch.sort(x, **kwargs)  # noqa: E731
+        values, indices = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+        expected = torch.sort(x, stable=True, **{k: v for k, v in kwargs.items() if k != "stable"})
+        assert torch.equal(values.nan_to_num(7), expected.values.nan_to_num(7)), kwargs
+        assert torch.equal(indices, expected.indices), kwargs
+        torch._dynamo.reset()

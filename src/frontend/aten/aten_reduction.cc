@@ -1,4 +1,7 @@
 // Reductions → Kiln's reduction family.
+#include <algorithm>
+#include <optional>
+
 #include "frontend/converter.h"
 #include "kiln/error.h"
 
@@ -79,11 +82,37 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
     if (ctx.boolean("half_to_float")) ctx.unsupported("half_to_float");
     return {ctx.add("log_softmax", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
   });
+  // cumsum(x, dtype=d) sums x cast to d, in d. Kiln's cumsum gives i64 for any integer input;
+  // narrowing that back gives d's wrapped sums, since two's-complement truncation commutes
+  // with addition.
   r.add("aten.cumsum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    if (ctx.dtype("dtype") && *ctx.dtype("dtype") != ctx.tensor("self")->type().dtype)
-      ctx.unsupported("cumsum with a dtype");
-    return {ctx.add("cumsum", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
+    Value* x = ctx.tensor("self");
+    const std::optional<DType> dtype = ctx.dtype("dtype");
+    auto cast = [&](Value* v) {
+      return v->type().dtype == *dtype
+                 ? v
+                 : ctx.add("to", {v}, {{"dtype", std::string(dtype_name(*dtype))}});
+    };
+    if (dtype) x = cast(x);
+    Value* y = ctx.add("cumsum", {x}, {{"dim", ctx.integer("dim")}});
+    return {dtype ? cast(y) : y};
   });
+  // sort(x, dim, descending): topk of every element along dim, sorted, ties by lower index (the
+  // stable order, which the unstable sort may also give), NaN above every number as in sort.
+  for (const char* overload : {".default", ".stable"})
+    r.add(std::string("aten.sort") + overload, [](ConvertContext& ctx) -> std::vector<Value*> {
+      Value* x = ctx.tensor("self");
+      const int64_t rank = std::max<int64_t>(static_cast<int64_t>(x->type().rank()), 1);
+      int64_t dim = ctx.integer("dim");
+      if (dim < -rank || dim >= rank) ctx.unsupported("dim out of range");
+      if (dim < 0) dim += rank;
+      const Dim n = x->type().rank() == 0 ? Dim(1) : x->type().shape[static_cast<size_t>(dim)];
+      if (!n.is_static()) ctx.unsupported("sort along a dynamic dim");
+      return ctx.graph().add_node("topk", {x},
+                                  {{"k", n.size()}, {"dim", dim},
+                                   {"largest", ctx.boolean("descending")}, {"sorted", true}},
+                                  ctx.node_name());
+    });
   r.add("aten.topk.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return ctx.graph().add_node("topk", {ctx.tensor("self")},
                                 {{"k", ctx.integer("k")}, {"dim", ctx.integer("dim")},
