@@ -26,6 +26,7 @@ struct CompiledGraph::Impl {
   // Weights prepacked once for every plan: a new shape costs primitive creation, not a reorder of
   // every weight, and holds no second copy of them.
   PreparedConstants prepared;
+  KernelCache kernels;  // kernels shared by the plans of several shapes
 
   // One plan cache for every shape: LRU over the unpinned entries; gears are pinned entries.
   struct CacheEntry {
@@ -333,7 +334,8 @@ void CompiledGraph::Impl::check_gears() {
 
 std::shared_ptr<const ExecPlan> CompiledGraph::Impl::make_plan(
     const std::vector<std::vector<int64_t>>& sizes) {
-  auto plan = std::make_shared<const ExecPlan>(*graph, sizes, options, threads, &prepared);
+  auto plan =
+      std::make_shared<const ExecPlan>(*graph, sizes, options, threads, &prepared, &kernels);
   if (options.dump_type.empty()) return plan;
   // Partition and select run per plan (they need shapes): the dump is the graph with each
   // node's kernel, engine and engine subgraph; a symbolic graph's plans are told apart by shape.

@@ -150,7 +150,8 @@ MemoryLayout lay_out(const LayoutInput& in, std::vector<size_t> order, std::stri
 }  // namespace
 
 ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
-                   const CompileOptions& options, int threads, PreparedConstants* prepared)
+                   const CompileOptions& options, int threads, PreparedConstants* prepared,
+                   KernelCache* kernels)
     : graph_(&graph) {
   std::unordered_map<const Value*, TensorType> types;
   std::unordered_map<const Value*, size_t> slot_of;
@@ -200,7 +201,13 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     for (const TensorType& t : spec.outputs)
       KILN_ASSERT(is_static(t.shape), "node " << node->name() << " inferred a symbolic shape "
                                               << type_string(t) << " from static inputs");
-    KernelChoice choice = select_kernel(*def, spec, options.kernel_policy);
+    SharedKernel choice;
+    if (kernels) {
+      choice = kernels->select(*def, spec, options.kernel_policy);
+    } else {
+      KernelChoice made = select_kernel(*def, spec, options.kernel_policy);
+      choice = {made.kernel, std::move(made.instance)};
+    }
     PlanStep step{node, choice.kernel->name, std::move(choice.instance), {}, {}, 0};
     step.in_place_inputs = choice.kernel->in_place_inputs;
     step.output_aliases_input = choice.kernel->output_aliases_input;

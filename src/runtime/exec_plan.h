@@ -9,6 +9,7 @@
 
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/memory_planner.h"
 
 namespace kiln {
@@ -24,7 +25,7 @@ struct Slot {
 struct PlanStep {
   const Node* node;
   std::string kernel_name;
-  std::unique_ptr<KernelInstance> kernel;
+  std::shared_ptr<const KernelInstance> kernel;  // shared with other plans (KernelCache)
   std::vector<size_t> inputs;   // slot ids
   std::vector<size_t> outputs;  // slot ids
   size_t scratch_offset = 0;
@@ -46,9 +47,11 @@ struct RunContext {
 class ExecPlan {
  public:
   // Binds `graph` to `input_sizes` (already validated) and prepares every kernel; kernels share
-  // their prepared constants through `prepared` (may be null) with other plans of the graph.
+  // their prepared constants through `prepared`, and take the kernels other plans of the graph
+  // made for the same node and sizes from `kernels` (each may be null).
   ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
-           const CompileOptions& options, int threads, PreparedConstants* prepared);
+           const CompileOptions& options, int threads, PreparedConstants* prepared,
+           KernelCache* kernels = nullptr);
 
   const std::vector<std::vector<int64_t>>& output_sizes() const { return output_sizes_; }
   const std::vector<DType>& output_dtypes() const { return output_dtypes_; }

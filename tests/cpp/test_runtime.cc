@@ -7,6 +7,7 @@
 
 #include "kiln/kiln.h"
 #include "ops_test_util.h"
+#include "runtime/exec_plan.h"
 
 namespace kiln {
 namespace {
@@ -146,6 +147,46 @@ TEST(Runtime, DimsSharingASymbolMustAgree) {
   Tensor x3 = random_tensor({3}, 1), x4 = random_tensor({4}, 2);
   EXPECT_EQ(code_of([&] { cg->run({x3.view(), x4.view()}); }), ErrorCode::InputShape);
   EXPECT_EQ(cg->run({x4.view(), x4.view()})[0].sizes(), (std::vector<int64_t>{4}));
+}
+
+// The plans of two shapes share the kernel of a node whose sizes the shape leaves alone (an
+// LLM decode step's projections), and make their own for nodes whose sizes differ.
+TEST(Runtime, PlansShareTheKernelsOfNodesWhoseSizesAgree) {
+  Graph g;
+  Dim rows = g.add_symbol("B", 1, 8);
+  Value* x = g.add_input("x", TensorType{DType::F32, {rows, Dim(16)}});
+  Value* y = g.add_input("y", f32({4, 16}));
+  Value* w = g.add_constant("w", random_tensor({16, 16}, 1));
+  g.set_outputs({g.add("matmul", {x, w}), g.add("matmul", {y, w})});
+  KernelCache cache;
+  CompileOptions options;
+  options.kernel_policy = "best";
+  auto step_kernel = [](const ExecPlan& plan, const Value* out) {
+    for (const PlanStep& step : plan.steps())
+      if (step.node == out->producer()) return step.kernel.get();
+    return static_cast<const KernelInstance*>(nullptr);
+  };
+  const Value* by_x = g.outputs()[0];
+  const Value* by_y = g.outputs()[1];
+  auto two = std::make_unique<ExecPlan>(g, std::vector<std::vector<int64_t>>{{2, 16}, {4, 16}},
+                                        options, 1, nullptr, &cache);
+  auto five = std::make_unique<ExecPlan>(g, std::vector<std::vector<int64_t>>{{5, 16}, {4, 16}},
+                                         options, 1, nullptr, &cache);
+  ASSERT_NE(step_kernel(*two, by_y), nullptr);
+  EXPECT_EQ(step_kernel(*two, by_y), step_kernel(*five, by_y));
+  EXPECT_NE(step_kernel(*two, by_x), step_kernel(*five, by_x));
+  // A plan built after those are gone makes its kernels anew, and every plan computes the same.
+  two.reset();
+  five.reset();
+  auto cg = CompiledGraph::compile(g, {.plan_cache_capacity = 1});
+  Tensor y4 = random_tensor({4, 16}, 3);
+  std::vector<Tensor> first;
+  for (int64_t batch : {3, 6, 3}) {
+    Tensor xb = random_tensor({batch, 16}, 4);
+    auto got = cg->run({xb.view(), y4.view()});
+    if (first.empty()) first = got;
+    EXPECT_TRUE(got[1].same_contents(first[1])) << "batch " << batch;
+  }
 }
 
 TEST(Runtime, PlanCacheIsBounded) {
