@@ -179,6 +179,10 @@ _OPTIONS: dict[str, _Option] = {
     "dynamic_shape.out_of_range": _opt("error", _choice("error", "recompile"), True,
         "torch.compile, a shape outside dims_range: error (E20008), or recompile (dynamo "
         "guards the range; a new Kiln graph for a range widened to cover the shape)"),
+    "dynamic_shape.plan_cache_capacity": _opt(16, _typed(int, 1), True,
+        "plans (kernels and memory plan) kept per Kiln graph for the input shapes last run, "
+        "beyond gears; a shape not among them is planned again (about 2 ms for an 8-layer LLM's "
+        "decode step): raise it to the sequence lengths an LLM decodes"),
     "cache.enable_disk_cache": _opt(False, _typed(bool), False,
         "keep compiled graphs on disk across processes"),
     "cache.cache_dir": _opt("", _typed(str), False,
@@ -292,6 +296,7 @@ class CompilerConfig(_Section):
                 "kernel_policy": kernel_policy,
                 "dump_type": self.get("debug.graph_dump.type") or "",
                 "memory_reuse_threshold": self.get("memory.reuse_threshold"),
+                "plan_cache_capacity": self.get("dynamic_shape.plan_cache_capacity"),
                 "memory_optimization_level": self.get("memory.optimization_level"),
                 "gemm_weights_in_place": self.get("memory.gemm_weights_in_place"),
                 "dump_path": self.get("debug.graph_dump.path"),

@@ -134,6 +134,7 @@ from kiln.backend import Report
     ("dynamic_shape.gears", [{"input_ids": [1, 128]}, {0: (8, 512)}]),
     ("dynamic_shape.pad_to_gear", True),
     ("dynamic_shape.out_of_range", "recompile"),
+    ("dynamic_shape.plan_cache_capacity", 2048),
 ])
 def test_valid_dynamic_options_are_kept(key, value):
     cfg = kiln.CompilerConfig()
@@ -160,6 +161,7 @@ def test_valid_dynamic_options_are_kept(key, value):
     ("dynamic_shape.gears", [{"x": [2]}, {"x": [2]}], "list each gear once"),
     ("dynamic_shape.pad_to_gear", "yes", "a bool"),
     ("dynamic_shape.out_of_range", "grow", "'error' or 'recompile'"),
+    ("dynamic_shape.plan_cache_capacity", 0, "an int >= 1"),
 ])
 def test_invalid_dynamic_options_are_e10001(key, value, words):
     err = expect_error("E10001", kiln.CompilerConfig().set, key, value)
@@ -204,6 +206,19 @@ def test_gears_are_planned_at_compile_and_served_exactly():
     with torch.no_grad():
         err = expect_error("E20008", compiled, ids(3, 16))
     assert "[2, 16]" in err.detail and "[4, 32]" in err.detail and "pad_to_gear" in err.detail
+    torch._dynamo.reset()
+
+
+def test_plan_cache_capacity_bounds_the_plans_kept():
+    torch.manual_seed(0)
+    model = tiny_bert()
+    for capacity, kept in ((2, 2), (8, 4)):
+        report = Report()
+        counter = kiln_options_counter(report, plan_cache_capacity=capacity)
+        # Batch 1 is a graph of its own (dynamo specializes sizes 0 and 1).
+        run_shapes(model, counter, [(2, 16), (3, 16), (4, 16), (5, 16)])
+        [partition] = report.partitions[-1:]
+        assert len(partition.module.compiled.cached_plans()) == kept
     torch._dynamo.reset()
 
 
