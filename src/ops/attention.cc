@@ -8,13 +8,14 @@
 //                                -> [..., L, Ev]
 //     batch dims of q, k and v broadcast; enable_gqa (grouped-query attention, as PyTorch's):
 //     k and v have Hkv heads (their dim -3, static) where q has Hq, a multiple, and query head
-//     h reads key and value head h / (Hq / Hkv), as if k and v were repeat_interleave'd. attn_mask (bool: true = attend; or q's dtype: added
-//     to the scores) broadcasts to [..., L, S] without enlarging it. is_causal masks key j for
-//     query i when j > i (top-left aligned, as PyTorch), combined with attn_mask when both are
-//     given. scale = 0.0 means unset: 1/sqrt(E), PyTorch's default. *_heads_second_last: that
-//     operand (rank >= 3) is given, or the output wanted, with its last two batch dims swapped,
-//     [..., L, H, E] for [..., H, L, E]: the layout a projection has before the head permute,
-//     which fold_permute_into_attention removes. Only addressing changes (row strides).
+//     h reads key and value head h / (Hq / Hkv), as if k and v were repeat_interleave'd.
+//     attn_mask (bool: true = attend; or q's dtype: added to the scores) broadcasts to
+//     [..., L, S] without enlarging it. is_causal masks key j for query i when j > i (top-left
+//     aligned, as PyTorch), combined with attn_mask when both are given. scale = 0.0 means
+//     unset: 1/sqrt(E), PyTorch's default. *_heads_second_last: that operand (rank >= 3) is
+//     given, or the output wanted, with its last two batch dims swapped, [..., L, H, E] for
+//     [..., H, L, E]: the layout a projection has before the head permute, which
+//     fold_permute_into_attention removes. Only addressing changes (row strides).
 //
 // A query row that attends no key (every key masked) gives zeros, as PyTorch does on the CPU.
 //
@@ -87,8 +88,9 @@ void infer_attention(InferContext& ctx) {
                               "k's and v's head dims (-3)");
     ctx.check(hq.is_static() && hkv.is_static() && hkv.size() > 0 &&
                   hq.size() % hkv.size() == 0,
-              "enable_gqa needs static head counts, q's (" + shape_string(Shape{hq}, &ctx.symbols()) +
-                  ") a multiple of k's and v's (" + shape_string(Shape{hkv}, &ctx.symbols()) + ")");
+              "enable_gqa needs static head counts, q's (" +
+                  shape_string(Shape{hq}, &ctx.symbols()) + ") a multiple of k's and v's (" +
+                  shape_string(Shape{hkv}, &ctx.symbols()) + ")");
     // Each query head reads its group's key and value head: for broadcasting, k and v have q's.
     k_batch.back() = v_batch.back() = hq;
   }

@@ -774,8 +774,9 @@ TEST(OpsAttention, GroupedQueryAttentionReadsEachGroupsHead) {
         OneNode grouped_node(kOp, grouped_types, attrs);
         for (const std::string& kernel : kernels) {
           SCOPED_TRACE(kernel);
-          EXPECT_TRUE(test::same_values(test::run_kernel(*grouped_node.node, kernel, grouped, 2)[0],
-                                        test::run_kernel(*repeated_node.node, kernel, repeated)[0]));
+          const Tensor got = test::run_kernel(*grouped_node.node, kernel, grouped, 2)[0];
+          EXPECT_TRUE(test::same_values(
+              got, test::run_kernel(*repeated_node.node, kernel, repeated)[0]));
         }
         ++index;
       }

@@ -63,8 +63,8 @@ SCATTERS = {
     "scatter_add": lambda t: t.scatter_add(1, IDX, t[:2, :3]),
     "scatter_reduce_multiply": lambda t: t.scatter(1, IDX, t[:2, :3], reduce="multiply"),
     "index_put": lambda t: t.index_put((torch.tensor([4, -1, 0]),), t[1]),
-    "index_put_accumulate": lambda t: t.index_put((torch.tensor([1, 1, 3]), torch.tensor([0, 0, 5])),
-                                                  torch.tensor(1.5), accumulate=True),
+    "index_put_accumulate": lambda t: t.index_put(
+        (torch.tensor([1, 1, 3]), torch.tensor([0, 0, 5])), torch.tensor(1.5), accumulate=True),
     "slice_scatter": lambda t: torch.slice_scatter(t, -t[:, :2], dim=1, start=1, end=5, step=2),
     "slice_scatter_open": lambda t: torch.slice_scatter(t, t[2:], dim=0, start=-3),
     "select_scatter": lambda t: torch.select_scatter(t, -t[:, 0], dim=1, index=-2),

@@ -132,7 +132,8 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   // x.masked_fill(mask, v): v in x's dtype where mask is true, as PyTorch converts it.
   r.add("aten.masked_fill.Scalar", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    return {ctx.add("where", {ctx.tensor("mask"), ctx.scalar(ctx.number("value"), x->type().dtype), x})};
+    Value* value = ctx.scalar(ctx.number("value"), x->type().dtype);
+    return {ctx.add("where", {ctx.tensor("mask"), value, x})};
   });
   r.add("aten.masked_fill.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
