@@ -69,6 +69,11 @@ class ConvertContext {
   std::vector<Value*> round_results(std::vector<Value*> outputs);
   // A scalar constant of the given dtype, e.g. the `other` of add.Scalar.
   Value* scalar(double value, DType dtype);
+  // `v` in `dtype`: v itself when it has it, else a cast node.
+  Value* cast(Value* v, DType dtype);
+  // The dim argument `arg` of a tensor of rank `rank`, a negative one counted from the end:
+  // in [0, rank), or E50001 naming the argument.
+  int64_t dim(const std::string& arg, size_t rank) const;
 
   // This node can't be converted (an argument Kiln doesn't take): E50001 with the reason.
   [[noreturn]] void unsupported(const std::string& reason) const;

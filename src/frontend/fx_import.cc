@@ -284,6 +284,19 @@ Value* ConvertContext::scalar(double value, DType dtype) {
   return graph_.add_constant(name_ + "_scalar", t);
 }
 
+Value* ConvertContext::cast(Value* v, DType dtype) {
+  if (v->type().dtype == dtype) return v;
+  return add("to", {v}, {{"dtype", std::string(dtype_name(dtype))}});
+}
+
+int64_t ConvertContext::dim(const std::string& arg, size_t rank) const {
+  const int64_t d = integer(arg), r = static_cast<int64_t>(rank);
+  if (d < -r || d >= r)
+    unsupported(arg + " " + std::to_string(d) + " out of range for a tensor of rank " +
+                std::to_string(r));
+  return d < 0 ? d + r : d;
+}
+
 // ---------------------------------------------------------------- import
 
 namespace {

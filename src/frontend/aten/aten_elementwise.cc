@@ -72,7 +72,7 @@ Converter clamp(bool has_min, bool has_max) {
     constexpr double kInf = std::numeric_limits<double>::infinity();
     Value* x = ctx.tensor("self");
     const DType out = ctx.output_dtype();
-    if (x->type().dtype != out) x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(out))}});
+    x = ctx.cast(x, out);
     AttrMap attrs{{"min", has_min && ctx.has("min") ? ctx.number("min") : -kInf},
                   {"max", has_max && ctx.has("max") ? ctx.number("max") : kInf}};
     return {ctx.add("clamp", {x}, std::move(attrs))};
@@ -137,9 +137,7 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   });
   r.add("aten.masked_fill.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    Value* value = ctx.tensor("value");
-    if (value->type().dtype != x->type().dtype)
-      value = ctx.add("to", {value}, {{"dtype", std::string(dtype_name(x->type().dtype))}});
+    Value* value = ctx.cast(ctx.tensor("value"), x->type().dtype);
     return {ctx.add("where", {ctx.tensor("mask"), value, x})};
   });
   r.add("aten.minimum.default", elementwise("minimum", {"self", "other"}));

@@ -64,16 +64,14 @@ std::vector<Value*> index_tensor(ConvertContext& ctx) {
   return {ctx.add("permute", {y}, {{"dims", dims}})};
 }
 
-// x with src written into positions start, start + step, ... (before end) of `dim`, Python
+// x with src written into positions start, start + step, ... (before end) of `dim` (in
+// [0, rank)), Python
 // slicing's bounds: x.slice_scatter(src, dim, start, end, step). An index_put of those positions
 // along the dim, moved to the front (index_put indexes leading dims) and back.
 Value* slice_scatter(ConvertContext& ctx, Value* x, Value* src, int64_t dim,
                      std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) {
   const auto rank = static_cast<int64_t>(x->type().rank());
-  if (dim < -rank || dim >= rank || step < 1)
-    ctx.unsupported("dim " + std::to_string(dim) + " and step " + std::to_string(step) +
-                    " for a tensor of rank " + std::to_string(rank));
-  if (dim < 0) dim += rank;
+  if (step < 1) ctx.unsupported("step " + std::to_string(step));
   const Dim size = x->type().shape[static_cast<size_t>(dim)];
   if (!size.is_static()) ctx.unsupported("scattering along a dynamic dim");
   const int64_t n = size.size();
@@ -160,15 +158,13 @@ void register_aten_index_converters(ConverterRegistry& r) {
     auto optional = [&](const char* arg) {
       return ctx.has(arg) ? std::optional<int64_t>(ctx.integer(arg)) : std::nullopt;
     };
-    return {slice_scatter(ctx, ctx.tensor("self"), ctx.tensor("src"), ctx.integer("dim"),
+    Value* x = ctx.tensor("self");
+    return {slice_scatter(ctx, x, ctx.tensor("src"), ctx.dim("dim", x->type().rank()),
                           optional("start"), optional("end"), ctx.integer("step"))};
   });
   r.add("aten.select_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    const int64_t rank = static_cast<int64_t>(x->type().rank());
-    int64_t dim = ctx.integer("dim");
-    if (dim < -rank || dim >= rank) ctx.unsupported("dim " + std::to_string(dim));
-    if (dim < 0) dim += rank;
+    const int64_t dim = ctx.dim("dim", x->type().rank());
     const Dim size = x->type().shape[static_cast<size_t>(dim)];
     int64_t index = ctx.integer("index");
     if (size.is_static() && index < 0) index += size.size();
@@ -199,10 +195,7 @@ void register_aten_index_converters(ConverterRegistry& r) {
   // split(x, n): pieces of n along dim, the last one shorter.
   r.add("aten.split.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    int64_t rank = static_cast<int64_t>(x->type().rank());
-    int64_t dim = ctx.integer("dim");
-    if (dim < 0) dim += rank;
-    if (dim < 0 || dim >= rank) ctx.unsupported("dim out of range");
+    const int64_t dim = ctx.dim("dim", x->type().rank());
     const Dim& extent = x->type().shape[static_cast<size_t>(dim)];
     if (!extent.is_static()) ctx.unsupported("split along a dynamic dim");
     int64_t piece = ctx.integer("split_size");
@@ -215,10 +208,7 @@ void register_aten_index_converters(ConverterRegistry& r) {
   // x.unbind(dim): one select per position (q, k, v = qkv.unbind(0) in many ViTs).
   r.add("aten.unbind.int", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    const int64_t rank = static_cast<int64_t>(x->type().rank());
-    int64_t dim = ctx.integer("dim");
-    if (dim < -rank || dim >= rank) ctx.unsupported("dim out of range");
-    if (dim < 0) dim += rank;
+    const int64_t dim = ctx.dim("dim", x->type().rank());
     const Dim& extent = x->type().shape[static_cast<size_t>(dim)];
     if (!extent.is_static()) ctx.unsupported("unbind along a dynamic dim");
     std::vector<Value*> parts;

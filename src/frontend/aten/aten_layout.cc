@@ -21,8 +21,7 @@ void require_dense(ConvertContext& ctx) {
 // PyTorch), as copy_ and fill_ write into `like`.
 Value* broadcast_into(ConvertContext& ctx, Value* value, const Value* like) {
   const TensorType& type = like->type();
-  if (value->type().dtype != type.dtype)
-    value = ctx.add("to", {value}, {{"dtype", std::string(dtype_name(type.dtype))}});
+  value = ctx.cast(value, type.dtype);
   if (value->type().shape == type.shape) return value;
   std::vector<int64_t> sizes;
   for (const Dim& d : type.shape) {

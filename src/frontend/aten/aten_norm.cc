@@ -58,8 +58,7 @@ void register_aten_norm_converters(ConverterRegistry& r) {
   // softmax, then zeros where every element of the row is -inf.
   r.add("aten._safe_softmax.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    if (ctx.has("dtype") && *ctx.dtype("dtype") != x->type().dtype)
-      x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(*ctx.dtype("dtype")))}});
+    if (ctx.has("dtype")) x = ctx.cast(x, *ctx.dtype("dtype"));
     const int64_t dim = ctx.integer("dim");
     Value* y = ctx.add("softmax", {x}, {{"axis", dim}});
     const DType dtype = x->type().dtype;

@@ -25,8 +25,7 @@ std::vector<int64_t> reduced_dims(ConvertContext& ctx, const char* arg) {
 Converter reduce_dims(const std::string& op, const char* dims_arg) {
   return [op, dims_arg](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    if (ctx.has("dtype") && *ctx.dtype("dtype") != x->type().dtype)
-      x = ctx.add("to", {x}, {{"dtype", std::string(dtype_name(*ctx.dtype("dtype")))}});
+    if (ctx.has("dtype")) x = ctx.cast(x, *ctx.dtype("dtype"));
     std::vector<int64_t> dims = reduced_dims(ctx, dims_arg);
     const bool keepdim = ctx.has("keepdim") && ctx.boolean("keepdim");
     return {ctx.add(op, {x}, {{"dim", dims}, {"keepdim", keepdim}})};
@@ -86,26 +85,19 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
   // narrowing that back gives d's wrapped sums, since two's-complement truncation commutes
   // with addition.
   r.add("aten.cumsum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    Value* x = ctx.tensor("self");
     const std::optional<DType> dtype = ctx.dtype("dtype");
-    auto cast = [&](Value* v) {
-      return v->type().dtype == *dtype
-                 ? v
-                 : ctx.add("to", {v}, {{"dtype", std::string(dtype_name(*dtype))}});
-    };
-    if (dtype) x = cast(x);
+    Value* x = ctx.tensor("self");
+    if (dtype) x = ctx.cast(x, *dtype);
     Value* y = ctx.add("cumsum", {x}, {{"dim", ctx.integer("dim")}});
-    return {dtype ? cast(y) : y};
+    return {dtype ? ctx.cast(y, *dtype) : y};
   });
   // sort(x, dim, descending): topk of every element along dim, sorted, ties by lower index (the
   // stable order, which the unstable sort may also give), NaN above every number as in sort.
   for (const char* overload : {".default", ".stable"})
     r.add(std::string("aten.sort") + overload, [](ConvertContext& ctx) -> std::vector<Value*> {
       Value* x = ctx.tensor("self");
-      const int64_t rank = std::max<int64_t>(static_cast<int64_t>(x->type().rank()), 1);
-      int64_t dim = ctx.integer("dim");
-      if (dim < -rank || dim >= rank) ctx.unsupported("dim out of range");
-      if (dim < 0) dim += rank;
+      // A 0-d tensor's dims wrap as a 1-d one's, as in PyTorch.
+      const int64_t dim = ctx.dim("dim", std::max<size_t>(x->type().rank(), 1));
       const Dim n = x->type().rank() == 0 ? Dim(1) : x->type().shape[static_cast<size_t>(dim)];
       if (!n.is_static()) ctx.unsupported("sort along a dynamic dim");
       return ctx.graph().add_node("topk", {x},

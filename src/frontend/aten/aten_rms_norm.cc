@@ -13,13 +13,8 @@ void register_aten_rms_norm_converters(ConverterRegistry& r) {
     const DType out = ctx.output_dtype();
     if (!is_floating(x->type().dtype)) ctx.unsupported("an input that is not floating point");
     const DType compute = x->type().dtype == DType::F64 ? DType::F64 : DType::F32;
-    auto as = [&](Value* v, DType dtype) {
-      return v->type().dtype == dtype
-                 ? v
-                 : ctx.add("to", {v}, {{"dtype", std::string(dtype_name(dtype))}});
-    };
-    std::vector<Value*> inputs = {as(x, compute)};
-    if (Value* weight = ctx.optional_tensor("weight")) inputs.push_back(as(weight, compute));
+    std::vector<Value*> inputs = {ctx.cast(x, compute)};
+    if (Value* weight = ctx.optional_tensor("weight")) inputs.push_back(ctx.cast(weight, compute));
     AttrMap attrs{{"normalized_ndim",
                    static_cast<int64_t>(ctx.sizes("normalized_shape").ints.size())}};
     if (ctx.has("eps")) {
@@ -27,7 +22,7 @@ void register_aten_rms_norm_converters(ConverterRegistry& r) {
       if (ctx.number("eps") < 0) ctx.unsupported("a negative eps");
       attrs["eps"] = ctx.number("eps");
     }
-    return {as(ctx.add("rms_norm", inputs, std::move(attrs)), out)};
+    return {ctx.cast(ctx.add("rms_norm", inputs, std::move(attrs)), out)};
   });
 }
 
