@@ -58,6 +58,9 @@ class ConvertContext {
   // The PyTorch-computed type of output i (dtype and shape, symbols by name).
   const Json& output_meta(size_t i = 0) const;
   DType output_dtype(size_t i = 0) const;
+  // Whether anything reads output i of a node returning several (the serializer lists those
+  // nothing reads): a converter may skip computing an unread one, or pick a cheaper op.
+  bool output_used(size_t i) const;
 
   // A new node named after the FX node. An ATen op computes f16 and bf16 in f32 and rounds its
   // results once (docs/ops.md, "Low-precision floats"): a node of an op that computes them in

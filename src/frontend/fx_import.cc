@@ -226,6 +226,13 @@ std::string ConvertContext::enum_name(const std::string& name) const {
 
 const Json& ConvertContext::output_meta(size_t i) const { return node_.at("outputs").at(i); }
 
+bool ConvertContext::output_used(size_t i) const {
+  const auto unused = node_.find("unused_outputs");
+  if (unused == node_.end()) return true;
+  const Json& list = *unused;
+  return std::none_of(list.begin(), list.end(), [&](const Json& j) { return j == i; });
+}
+
 DType ConvertContext::output_dtype(size_t i) const {
   std::string name = output_meta(i).at("dtype").get<std::string>();
   std::optional<DType> d = parse_dtype(name);

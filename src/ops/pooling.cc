@@ -6,6 +6,13 @@
 //   avg_pool2d(x; kernel_size, stride = [], padding = [0], ceil_mode = false,
 //              count_include_pad = true, divisor_override = 0 (none))
 //   adaptive_avg_pool2d(x; output_size)
+//   max_pool2d_with_indices(x; max_pool2d's attributes) -> (y, indices)
+//
+// max_pool2d_with_indices is PyTorch's op of that name: max_pool2d's values and, for each, the
+// flat index (row * W + column) within its input plane of the element it took, an int64. The
+// window is scanned row by row: its first maximum wins, a NaN beats everything and a later NaN an
+// earlier one, and a window of -inf only gives its first element. Float dtypes only, as
+// PyTorch's CPU kernel; plain layout; reference loops (nothing hot reads the indices).
 //
 // max_pool2d and avg_pool2d are layout-aware: x may be in any layout (the format stage keeps a
 // chain of convolutions in its layout across them) and y is in x's.
@@ -36,6 +43,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/channel_stats_avx2.h"
+#include "kernels/cpu/float16.h"
 #include "kernels/cpu/layout.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/pooling.h"
@@ -116,7 +124,8 @@ void check_pair(InferContext& ctx, const std::string& name, size_t min_size, int
                 (least == 0 ? "non-negative" : "positive") + " and below 2^31");
 }
 
-void infer_window_pool(InferContext& ctx, bool has_dilation) {
+// Sets and returns y's type.
+TensorType infer_window_pool(InferContext& ctx, bool has_dilation) {
   check_pool_input(ctx);
   check_pair(ctx, "kernel_size", 1, 1);
   check_pair(ctx, "stride", 0, 1);
@@ -133,7 +142,9 @@ void infer_window_pool(InferContext& ctx, bool has_dilation) {
   const size_t h = x.rank() - 2;
   out[h] = window_output_dim(ctx, x.shape[h], axes[0], "row");
   out[h + 1] = window_output_dim(ctx, x.shape[h + 1], axes[1], "column");
-  ctx.set_output(0, TensorType{x.dtype, out, x.layout});  // the channels stay: so does the layout
+  TensorType y{x.dtype, out, x.layout};  // the channels stay: so does the layout
+  ctx.set_output(0, y);
+  return y;
 }
 
 void infer_max_pool2d(InferContext& ctx) {
@@ -158,6 +169,12 @@ void infer_adaptive_avg_pool2d(InferContext& ctx) {
   out[x.rank() - 2] = Dim(size[0]);
   out[x.rank() - 1] = Dim(size[1]);
   ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
+}
+
+void infer_max_pool2d_with_indices(InferContext& ctx) {
+  check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64, DType::BF16, DType::F16});
+  const TensorType y = infer_window_pool(ctx, /*has_dilation=*/true);
+  ctx.set_output(1, TensorType{DType::I64, y.shape, Layout::Plain});
 }
 
 // ---------------------------------------------------------------- geometry
@@ -218,6 +235,14 @@ bool is_nan(T v) {
 
 // Integer sums wrap around (as PyTorch's do) rather than overflow, and dividing the lowest value
 // by -1 wraps rather than traps.
+// An element as the type its comparisons run in: bf16 and f16 widened to f32, exactly.
+template <typename T>
+auto comparable(T v) {
+  if constexpr (std::is_same_v<T, cpu::BFloat16> || std::is_same_v<T, cpu::Float16>)
+    return cpu::to_float(v);
+  else return v;
+}
+
 template <typename A>
 A add(A a, A b) {
   if constexpr (std::is_integral_v<A>)
@@ -261,6 +286,33 @@ void max_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) 
 
 // Rows [begin, end) of a window clamped to the input; `counted` is PyTorch's count with padding:
 // the window up to the declared padding's end.
+template <typename T>
+void max_pool_with_indices(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices,
+                           int threads) {
+  cpu::parallel_chunks(g.n * g.c, g.oh * g.ow * g.kh * g.kw, threads,
+                       [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const T* plane = x + p * g.h * g.w;
+      for (int64_t o = 0; o < g.oh * g.ow; ++o) {
+        auto best = lowest<decltype(comparable(T{}))>();
+        int64_t best_index = -1;
+        // As PyTorch: the window's first element until something beats -inf.
+        cpu::for_each_window_element(g, o / g.ow, o % g.ow, [&](int64_t pixel) {
+          if (best_index < 0) best_index = pixel;
+          const auto v = comparable(plane[pixel]);
+          if (v > best || is_nan(v)) {
+            best = v;
+            best_index = pixel;
+          }
+        });
+        KILN_ASSERT(best_index >= 0, "an empty max pooling window");
+        y[p * g.oh * g.ow + o] = plane[best_index];
+        indices[p * g.oh * g.ow + o] = best_index;
+      }
+    }
+  });
+}
+
 struct Span {
   int64_t begin, end, counted;
 };
@@ -367,6 +419,25 @@ std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec
                       [](const Pool2dGeometry& g, const auto* x, auto* y, int threads) {
                         max_pool_reference(g, x, y, threads);
                       });
+}
+
+std::unique_ptr<KernelInstance> max_pool_with_indices_kernel(const KernelSpec& spec) {
+  auto typed = [&](auto t) -> std::unique_ptr<KernelInstance> {
+    using T = decltype(t);
+    return make_kernel([g = pool_geometry(spec, true), threads = spec.threads](
+                           std::span<const void* const> in, std::span<void* const> out) {
+      max_pool_with_indices(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]),
+                            static_cast<int64_t*>(out[1]), threads);
+    });
+  };
+  switch (spec.inputs[0].dtype) {
+    case DType::F32: return typed(float{});
+    case DType::F64: return typed(double{});
+    case DType::BF16: return typed(cpu::BFloat16{});
+    case DType::F16: return typed(cpu::Float16{});
+    default: KILN_ASSERT(false, "max_pool2d_with_indices has no kernel for "
+                                    << dtype_name(spec.inputs[0].dtype));
+  }
 }
 
 std::unique_ptr<KernelInstance> avg_pool_reference_kernel(const KernelSpec& spec) {
@@ -610,6 +681,16 @@ void register_pooling_ops(OpRegistry& registry) {
   max_pool.kernels.push_back({"avx2", "native", window_pool_avx2_unsupported, max_pool_avx2});
 #endif
   max_pool.kernels.push_back({"reference", "native", always_supported, max_pool_reference_kernel});
+
+  OpDef with_indices;
+  with_indices.name = "max_pool2d_with_indices";
+  with_indices.inputs = {{"x"}};
+  with_indices.num_outputs = 2;
+  with_indices.attrs = max_pool.attrs;
+  with_indices.infer = infer_max_pool2d_with_indices;
+  with_indices.kernels.push_back(
+      {"reference", "native", always_supported, max_pool_with_indices_kernel});
+  registry.add(std::move(with_indices));
   registry.add(std::move(max_pool));
 
   OpDef avg_pool;

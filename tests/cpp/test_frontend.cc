@@ -78,6 +78,34 @@ TEST(Frontend, TypeDisagreementWithPyTorchIsCaught) {
             ErrorCode::InvalidGraph);
 }
 
+// max_pool2d_with_indices: the values-only op where the serializer says nothing reads the
+// indices, the op computing both where something does (or where it doesn't say).
+TEST(Frontend, UnreadOutputsPickTheCheaperOp) {
+  auto op_of = [](const std::string& unused, const std::string& outputs) {
+    const std::string json = R"({"name": "pool", "symbols": [],
+      "placeholders": [{"name": "x", "kind": "input", "dtype": "f32", "shape": [1, 2, 4, 4]}],
+      "nodes": [{"name": "mp", "target": "aten.max_pool2d_with_indices.default",
+                 "args": {"self": {"ref": "x"}, "kernel_size": [2], "stride": [2],
+                          "padding": [0], "dilation": [1], "ceil_mode": false},
+                 "outputs": [{"dtype": "f32", "shape": [1, 2, 2, 2]},
+                             {"dtype": "i64", "shape": [1, 2, 2, 2]}])" +
+                             unused + R"(}],
+      "outputs": [)" + outputs + "]}";
+    auto g = import_fx_graph(json, {});
+    std::string ops;
+    for (const Node* n : g->nodes()) ops += n->op();
+    return ops;
+  };
+  EXPECT_EQ(op_of(R"(, "unused_outputs": [1])", R"({"ref": "mp", "index": 0})"), "max_pool2d");
+  EXPECT_EQ(op_of("", R"({"ref": "mp", "index": 0}, {"ref": "mp", "index": 1})"),
+            "max_pool2d_with_indices");
+  // Reading an output the serializer called unread is the serializer's bug, reported.
+  EXPECT_EQ(code_of([&] {
+              op_of(R"(, "unused_outputs": [1])", R"({"ref": "mp", "index": 1})");
+            }),
+            ErrorCode::UnsupportedOperator);
+}
+
 TEST(Frontend, MalformedJsonIsE10020) {
   EXPECT_EQ(code_of([] { import_fx_graph("{not json", {}); }), ErrorCode::BadModelFile);
   EXPECT_EQ(code_of([] { import_fx_graph(R"({"placeholders": 3})", {}); }),

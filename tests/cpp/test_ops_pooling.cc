@@ -175,6 +175,53 @@ TEST(OpsPooling, ReferenceMaxPoolMatchesHandComputedValues) {
   EXPECT_EQ(test::values_of<int8_t>(reference(ints, {i8})), (std::vector<int8_t>{-5, -128}));
 }
 
+// Indices are flat within the input plane; ties, NaNs and -inf follow PyTorch 2.13's CPU kernel.
+TEST(OpsPooling, MaxPoolWithIndicesPointsAtTheElementPyTorchTakes) {
+  auto run = [](const Ints& sizes, const std::vector<float>& values, AttrMap attrs) {
+    OneNode n("max_pool2d_with_indices", {type_of(DType::F32, sizes)}, std::move(attrs));
+    EXPECT_EQ(n.node->output(1)->type().dtype, DType::I64);
+    EXPECT_EQ(n.node->output(1)->type().shape, n.output_type().shape);
+    std::vector<Tensor> out = test::run_kernel(*n.node, "reference",
+                                               {test::tensor_of(sizes, values)}, 2);
+    return std::make_pair(floats(out[0]), test::values_of<int64_t>(out[1]));
+  };
+  // 3x3 windows, stride 2, padding 1 over iota 4x4: maxima at (1, 1), (1, 3), (3, 1), (3, 3).
+  std::vector<float> x(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+  auto [y, idx] = run({1, 1, 4, 4}, x,
+                      {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}});
+  EXPECT_EQ(y, (std::vector<float>{6, 8, 14, 16}));
+  EXPECT_EQ(idx, (std::vector<int64_t>{5, 7, 13, 15}));
+  // Windows of 4 over a row, one plane each: the first of equal maxima; the last NaN; a window
+  // of -inf gives its first element; -inf loses to anything finite.
+  auto [y2, idx2] = run({4, 1, 1, 4},
+                        {2, 7, 7, 1, kNaN, 3, kNaN, 9, -kInf, -kInf, -kInf, -kInf, -kInf, -5, -kInf,
+                         -7},
+                        {{"kernel_size", Ints{1, 4}}});
+  EXPECT_EQ(idx2, (std::vector<int64_t>{1, 2, 0, 1}));
+  EXPECT_EQ(y2[0], 7);
+  EXPECT_TRUE(std::isnan(y2[1]));
+  EXPECT_EQ(y2[2], -kInf);
+  EXPECT_EQ(y2[3], -5);
+  // Dilation and ceil_mode on [C, H, W]: 2x2 windows dilated 2 over 5x5 at stride 2 start at
+  // 0 and 2 (a third would need column 6); the window at 2 reads rows/columns 2 and 4.
+  std::vector<float> x3(25);
+  for (size_t i = 0; i < x3.size(); ++i) x3[i] = static_cast<float>((i * 7) % 11);
+  auto [y3, idx3] = run({1, 5, 5}, x3,
+                        {{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"dilation", Ints{2}},
+                         {"ceil_mode", true}});
+  ASSERT_EQ(idx3.size(), 4u);
+  for (size_t o = 0; o < 4; ++o) EXPECT_EQ(y3[o], x3[static_cast<size_t>(idx3[o])]);
+  // Window (0, 0) reads 0, 2, 10, 12: values 0, 3, 4, 7 → index 12.
+  EXPECT_EQ(idx3[0], 12);
+}
+
+TEST(OpsPooling, MaxPoolWithIndicesTakesFloatsOnly) {
+  EXPECT_THROW(OneNode("max_pool2d_with_indices", {type_of(DType::I32, {1, 1, 4, 4})},
+                       {{"kernel_size", Ints{2}}}),
+               Error);
+}
+
 TEST(OpsPooling, ReferenceAvgPoolMatchesHandComputedValues) {
   const Tensor x5 = iota({1, 1, 5, 5});
   const AttrMap ceil_padded = {{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"padding", Ints{1}},
