@@ -69,7 +69,20 @@ SCATTERS = {
     "slice_scatter_open": lambda t: torch.slice_scatter(t, t[2:], dim=0, start=-3),
     "select_scatter": lambda t: torch.select_scatter(t, -t[:, 0], dim=1, index=-2),
     "setitem": lambda t: _assign(t),
+    # Boolean masks over leading dims, values the same at every true element.
+    "mask_scalar": lambda t: t.index_put((t > 0,), torch.tensor(2.5)),
+    "mask_rows_int_value": lambda t: t.index_put((t[:, 0] > 0,), torch.tensor(3)),
+    "mask_rows_row_values": lambda t: t.index_put((t[:, 1] < 0,), -t[0]),
+    "mask_rows_one_row": lambda t: t.index_put((t[:, 1] < 0,), t[:1]),
+    "mask_accumulate": lambda t: t.index_put((t[:, 2] > 0,), t[3], accumulate=True),
+    "mask_setitem": lambda t: _assign_masked(t),
 }
+
+
+def _assign_masked(t):
+    u = t.clone()
+    u[u < -0.5] = 0.0
+    return u
 
 
 def _assign(t):
@@ -88,6 +101,16 @@ def test_scatters_match_eager(case):
     assert torch.equal(got, expected)
     report = kiln.explain(fn, T, options=OPTIONS)
     assert not report.fallback, str(report)
+
+
+def test_mask_index_put_with_a_row_for_each_true_element_stays_in_pytorch():
+    """x[mask] = v, v with one row per true element: how many rows the data decides."""
+    rows = torch.ones(int((T[:, 0] > 0).sum()), 6)
+    fn = lambda t: t.index_put((t[:, 0] > 0,), rows)  # noqa: E731
+    report = kiln.explain(fn, T)
+    [(target, (_, why))] = report.fallback.items()
+    assert target == "aten.index_put.default" and "depends on the data" in why, why
+    torch.testing.assert_close(torch.compile(fn, backend="kiln")(T), fn(T))
 
 
 @pytest.mark.parametrize("fn", [

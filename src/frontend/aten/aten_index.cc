@@ -90,6 +90,34 @@ Value* slice_scatter(ConvertContext& ctx, Value* x, Value* src, int64_t dim,
   return ctx.add("permute", {y}, {{"dims", inverse}});
 }
 
+bool is_mask(DType dtype) { return dtype == DType::Bool || dtype == DType::U8; }
+
+// x[mask] = values (x[mask] += values with accumulate), mask over x's leading dims: PyTorch
+// writes values broadcast to [count of true, x's other dims]. Where values is the same for every
+// true position (its leading dim, if it has one beyond x's other dims, is 1), that is
+// where(mask, values, x) with the mask's dims padded to x's rank; values giving each position its
+// own row depend on how many are true, which no static graph knows.
+Value* masked_put(ConvertContext& ctx, Value* x, Value* mask, Value* values, bool accumulate) {
+  const Shape& xs = x->type().shape;
+  const Shape& ms = mask->type().shape;
+  if (ms.size() > xs.size() || !std::equal(ms.begin(), ms.end(), xs.begin()))
+    ctx.unsupported("a boolean mask whose shape is not x's leading dims");
+  const size_t rest = xs.size() - ms.size();
+  const Shape& vs = values->type().shape;
+  if (vs.size() > rest + 1 ||
+      (vs.size() == rest + 1 && !(vs[0].is_static() && vs[0].size() == 1)))
+    ctx.unsupported("values with a row for each true element of the mask (their count depends "
+                    "on the data); Kiln takes values the same at every true element");
+  if (vs.size() == rest + 1)
+    values = ctx.add("squeeze", {values}, {{"dim", std::vector<int64_t>{0}}});
+  values = ctx.cast(values, x->type().dtype);
+  if (mask->type().dtype != DType::Bool) mask = ctx.cast(mask, DType::Bool);
+  for (size_t d = 0; d < rest; ++d)
+    mask = ctx.add("unsqueeze", {mask}, {{"dim", static_cast<int64_t>(ms.size() + d)}});
+  if (accumulate) values = ctx.add("add", {x, values});
+  return ctx.add("where", {mask, values, x});
+}
+
 // scatter's overloads: src a tensor, or a number (a tensor of it shaped like the index), and an
 // optional reduce ("add", "multiply").
 Converter scatter(bool value, std::string reduce) {
@@ -144,12 +172,15 @@ void register_aten_index_converters(ConverterRegistry& r) {
   r.add("aten.scatter_add.default", scatter(false, "add"));
   // x[i0, i1, ...] = values (or +=) with index tensors on leading dims.
   r.add("aten.index_put.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    const std::vector<Value*> indices = ctx.optional_tensors("indices");
+    if (indices.size() == 1 && indices[0] && is_mask(indices[0]->type().dtype))
+      return {masked_put(ctx, ctx.tensor("self"), indices[0], ctx.tensor("values"),
+                         ctx.boolean("accumulate"))};
     std::vector<Value*> inputs = {ctx.tensor("self"), ctx.tensor("values")};
-    for (Value* index : ctx.optional_tensors("indices")) {
+    for (Value* index : indices) {
       if (!index) ctx.unsupported("an index of None before another index");
-      if (is_floating(index->type().dtype) || index->type().dtype == DType::Bool ||
-          index->type().dtype == DType::U8)
-        ctx.unsupported("a boolean mask index (its positions depend on the data)");
+      if (is_floating(index->type().dtype) || is_mask(index->type().dtype))
+        ctx.unsupported("a boolean mask index beside other indices");
       inputs.push_back(index);
     }
     return {ctx.add("index_put", inputs, {{"accumulate", ctx.boolean("accumulate")}})};
