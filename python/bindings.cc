@@ -718,6 +718,10 @@ void translate_error(const std::exception_ptr& p, void* error_type) {
 NB_MODULE(_C, m) {
   using namespace kiln;
   m.doc() = "Kiln's C++ core; use it through the `kiln` package.";
+  // Objects still referenced when the interpreter tears modules down (a TorchCall kept in a
+  // user's global next to dynamo's caches, which outlive this module) are reported by nanobind
+  // as leaks at exit: noise for users, and no measure of memory held while running.
+  nb::set_leak_warnings(false);
 
   nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
       "kiln.Error",

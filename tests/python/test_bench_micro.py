@@ -65,3 +65,13 @@ def test_targets_say_met_or_missed():
     # M = 1 is not under the GEMM target; the convolutions' 55% misses 60%.
     assert verdicts == {"GEMMs": True, "ResNet-50's": False, "elementwise": True,
                         "CompiledGraph::run": True, "torch.compile(backend=\"kiln\")": False}
+
+
+def test_a_missed_share_target_names_the_shapes_below_it():
+    """74.8% prints as 75% in whole percents: the verdict names it with a decimal."""
+    results = {"micro": {"gemm": [
+        {"name": name, "m": 128, "selected": "x", "kernels": [_kernel("x", share_of_peak=s)]}
+        for name, s in (("up", 0.748), ("down", 0.82))]}}
+    [(what, met, figures)] = micro.targets(results)
+    assert not met
+    assert figures == "below: up: 74.8%; 1 of 2 met"

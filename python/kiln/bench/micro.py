@@ -135,6 +135,17 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 
 
+def _shares_against(target: float, shares: list[tuple[str, float]]) -> tuple[bool, str]:
+    """Whether every share meets the target, and the figures: the ones below it first (to a
+    tenth of a percent, which whole percents can round up to the target), then the others."""
+    below = [(n, s) for n, s in shares if s < target]
+    if not below:
+        return True, ", ".join(f"{n}: {_pct(s)}" for n, s in shares)
+    met = len(shares) - len(below)
+    return False, ("below: " + ", ".join(f"{n}: {100 * s:.1f}%" for n, s in below)
+                   + f"; {met} of {len(shares)} met")
+
+
 def _kernel_cells(entry: dict, names: list[str], value: str, share: str | None) -> list[str]:
     by_name = {k["name"]: k for k in entry["kernels"]}
     cells = []
@@ -172,8 +183,7 @@ def targets(results: dict) -> list[tuple[str, bool, str]]:
     if gemm and all("share_of_peak" in _selected(e) for e in gemm):
         shares = [(e["name"], _selected(e)["share_of_peak"]) for e in gemm]
         out.append((f"GEMMs with M ≥ 128 at ≥ {_pct(GEMM_TARGET)} of peak (selected kernel)",
-                    all(s >= GEMM_TARGET for _, s in shares),
-                    ", ".join(f"{n}: {_pct(s)}" for n, s in shares)))
+                    *_shares_against(GEMM_TARGET, shares)))
     network = m.get("conv", {}).get("network", {})
     if "share_of_peak" in network:
         out.append((f"ResNet-50's convolutions at ≥ {_pct(CONV_TARGET)} of peak on average",
@@ -184,8 +194,7 @@ def targets(results: dict) -> list[tuple[str, bool, str]]:
     if ops:
         shares = [(e["name"], _selected(e).get("vs_memcpy", 0.0)) for e in ops]
         out.append((f"elementwise at ≥ {_pct(ELEMENTWISE_TARGET)} of memcpy's bandwidth",
-                    all(s >= ELEMENTWISE_TARGET for _, s in shares),
-                    ", ".join(f"{n}: {_pct(s)}" for n, s in shares)))
+                    *_shares_against(ELEMENTWISE_TARGET, shares)))
     if "overhead" in m:
         o = m["overhead"]
         out.append((f"CompiledGraph::run ≤ {OVERHEAD_TARGET_US:.0f} µs above the kernel",
