@@ -50,7 +50,8 @@ struct Extents {
 // The axis in [0, rank) (the builder checked it).
 size_t softmax_axis(const Node& node, size_t rank) {
   int64_t axis = node.attr_int("axis");
-  return static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
+  return static_cast<size_t>(axis < 0 ? axis + std::max<int64_t>(static_cast<int64_t>(rank), 1)
+                                      : axis);
 }
 
 Extents softmax_extents(const KernelSpec& spec) {
@@ -65,9 +66,9 @@ Extents softmax_extents(const KernelSpec& spec) {
 void infer_softmax(InferContext& ctx) {
   const TensorType& x = ctx.input(0);
   check_floating(ctx, x.dtype);
-  const int64_t rank = static_cast<int64_t>(x.rank());
+  // A 0-d x is one line of one element, as PyTorch takes it (axis 0 or -1).
+  const int64_t rank = std::max<int64_t>(static_cast<int64_t>(x.rank()), 1);
   const int64_t axis = ctx.attr_int("axis");
-  ctx.check(rank >= 1, "softmax needs a tensor of rank 1 or more");
   ctx.check(axis >= -rank && axis < rank,
             "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) +
                 "; use [-" + std::to_string(rank) + ", " + std::to_string(rank - 1) + "]");

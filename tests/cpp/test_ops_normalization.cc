@@ -43,8 +43,12 @@ TEST(OpsNormalization, SoftmaxInference) {
   EXPECT_NE(message.find("use [-3, 2]"), std::string::npos) << message;
   Value* i = g.add_input("i", type_of(DType::I64, {4}));
   EXPECT_EQ(test::error_code_of([&] { g.add("softmax", {i}); }), ErrorCode::ShapeInference);
+  // A 0-d x is one line of one element (PyTorch's softmax(x, 0) of a 0-d x), axis 0 or -1.
   Value* scalar = g.add_input("s", type_of(DType::F32, {}));
-  EXPECT_EQ(test::error_code_of([&] { g.add("softmax", {scalar}); }), ErrorCode::ShapeInference);
+  EXPECT_EQ(g.add("softmax", {scalar})->type(), scalar->type());
+  EXPECT_EQ(g.add("softmax", {scalar}, {{"axis", int64_t{0}}})->type(), scalar->type());
+  EXPECT_EQ(test::error_code_of([&] { g.add("softmax", {scalar}, {{"axis", int64_t{1}}}); }),
+            ErrorCode::ShapeInference);
 }
 
 TEST(OpsNormalization, LayerNormInference) {
@@ -96,6 +100,20 @@ TEST(OpsNormalization, ReferenceSoftmaxMatchesHandComputedValues) {
   OneNode columns("softmax", {type_of(DType::F32, {2, 2})}, {{"axis", int64_t{0}}});
   y = test::run_kernel(*columns.node, "reference", {test::tensor_of({2, 2}, {0, 3, 1, 3})})[0];
   expect_floats(y, {0.268941432f, 0.5f, 0.731058598f, 0.5f});
+
+  // 0-d: 1, or NaN from a NaN or an infinity (inf - inf), in every kernel.
+  OneNode scalar("softmax", {type_of(DType::F32, {})});
+  for (const std::string kernel : {"reference", "avx2"}) {
+    if (!test::has_kernel("softmax", kernel) ||
+        !test::unsupported_reason(*scalar.node, kernel).empty())
+      continue;
+    for (float v : {-3.5f, 0.0f, kNaN, kInf}) {
+      const float got = test::values_of<float>(
+          test::run_kernel(*scalar.node, kernel, {test::tensor_of({}, {v})})[0])[0];
+      if (std::isfinite(v)) EXPECT_EQ(got, 1.0f) << kernel;
+      else EXPECT_TRUE(std::isnan(got)) << kernel << " " << v;
+    }
+  }
 }
 
 TEST(OpsNormalization, ReferenceLayerNormMatchesHandComputedValues) {

@@ -103,6 +103,27 @@ def test_scatters_match_eager(case):
     assert not report.fallback, str(report)
 
 
+S = torch.tensor(2.5)
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda s: s.scatter(0, torch.tensor(0), 5.0), S),
+    (lambda s: s.scatter(-1, torch.tensor(0), s * 3), S),
+    (lambda s: s.scatter_add(0, torch.tensor(0), s), S),
+    (lambda s: s.scatter(0, torch.tensor([0]), torch.tensor([7.0])), S),
+    (lambda s: s.gather(0, torch.tensor(0)), S),
+    (lambda s: s.gather(0, torch.tensor([0, 0])), S),
+    (lambda t: t[1].gather(0, torch.tensor(4)), T),
+], ids=["scatter_value", "scatter_src", "scatter_add", "scatter_1d_index", "gather",
+        "gather_1d_index", "gather_0d_index_of_1d"])
+def test_zero_dim_scatter_and_gather(fn, x):
+    """PyTorch takes a 0-d operand as one element along dim 0."""
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected)
+
+
 def test_mask_index_put_with_a_row_for_each_true_element_stays_in_pytorch():
     """x[mask] = v, v with one row per true element: how many rows the data decides."""
     rows = torch.ones(int((T[:, 0] > 0).sum()), 6)

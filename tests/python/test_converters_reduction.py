@@ -35,6 +35,14 @@ def test_reduction_over_every_dim(fn, x):
     torch.testing.assert_close(got, expected)  # dtype and shape included
 
 
+@pytest.mark.parametrize("value", [2.5, float("nan"), float("inf")])
+def test_softmax_of_a_zero_dim_tensor(value):
+    fn = lambda x: torch.softmax(x, 0)  # noqa: E731
+    x = torch.tensor(value)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x), equal_nan=True)
+
+
 def test_mean_in_a_dtype_kiln_lacks_stays_in_pytorch():
     fn = lambda x: x.mean(dtype=torch.complex64) * 2  # noqa: E731
     report = kiln.explain(fn, INPUTS["f32"])

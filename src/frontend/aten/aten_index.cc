@@ -118,21 +118,33 @@ Value* masked_put(ConvertContext& ctx, Value* x, Value* mask, Value* values, boo
   return ctx.add("where", {mask, values, x});
 }
 
+// PyTorch takes a 0-d operand of scatter and gather as one element along dim; Kiln's ops take
+// rank 1 or more: such operands become [1], and a result standing for a 0-d one is squeezed.
+Value* at_least_1d(ConvertContext& ctx, Value* v) {
+  return v->type().rank() ? v : ctx.add("unsqueeze", {v}, {{"dim", int64_t{0}}});
+}
+Value* with_rank_of(ConvertContext& ctx, Value* y, const Value* like) {
+  if (like->type().rank() == y->type().rank()) return y;
+  return ctx.add("squeeze", {y}, {{"dim", std::vector<int64_t>{0}}});
+}
+
 // scatter's overloads: src a tensor, or a number (a tensor of it shaped like the index), and an
 // optional reduce ("add", "multiply").
 Converter scatter(bool value, std::string reduce) {
   return [value, reduce](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    Value* index = ctx.tensor("index");
+    Value* index = at_least_1d(ctx, ctx.tensor("index"));
     Value* src = value ? ctx.add("full_like", {index},
                                  {{"fill_value", ctx.number("value")},
                                   {"dtype", std::string(dtype_name(x->type().dtype))}})
-                       : ctx.tensor("src");
+                       : at_least_1d(ctx, ctx.tensor("src"));
     std::string how = reduce;
     if (ctx.has("reduce")) how = ctx.string("reduce");
     if (how != "" && how != "add" && how != "multiply")
       ctx.unsupported("scatter with reduce=\"" + how + "\"");
-    return {ctx.add("scatter", {x, index, src}, {{"dim", ctx.integer("dim")}, {"reduce", how}})};
+    Value* y = ctx.add("scatter", {at_least_1d(ctx, x), index, src},
+                       {{"dim", ctx.integer("dim")}, {"reduce", how}});
+    return {with_rank_of(ctx, y, x)};
   };
 }
 
@@ -206,8 +218,10 @@ void register_aten_index_converters(ConverterRegistry& r) {
   });
   r.add("aten.gather.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     if (ctx.boolean("sparse_grad")) ctx.unsupported("sparse_grad");
-    return {ctx.add("gather", {ctx.tensor("self"), ctx.tensor("index")},
-                    {{"dim", ctx.integer("dim")}})};
+    Value* index = ctx.tensor("index");
+    Value* y = ctx.add("gather", {at_least_1d(ctx, ctx.tensor("self")), at_least_1d(ctx, index)},
+                       {{"dim", ctx.integer("dim")}});
+    return {with_rank_of(ctx, y, index)};
   });
   r.add("aten.embedding.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     // padding_idx, scale_grad_by_freq and sparse only change gradients.
