@@ -89,6 +89,42 @@ def test_one_window_entry_for_every_spatial_dim():
     compiled_matches_eager(lambda x, w: conv(x, w, None, [2], [1], [1], True, [1], 1), x, wt)
 
 
+UNFOLD = {  # kwargs of F.unfold
+    "k3": {"kernel_size": 3},
+    "every_argument": {"kernel_size": (2, 3), "dilation": (2, 1), "padding": (1, 2),
+                       "stride": (2, 3)},
+    "column": {"kernel_size": (9, 1), "padding": (4, 0)},  # ConvBERT's span convolution
+}
+
+
+@pytest.mark.parametrize("case", UNFOLD)
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 9, 5)], ids=["batched", "unbatched"])
+def test_unfold_matches_eager_bit_for_bit(case, shape):
+    x = torch.randn(shape, generator=G)
+    fn = lambda x: F.unfold(x, **UNFOLD[case])  # noqa: E731
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected)
+
+
+def test_unfold_with_a_dynamic_batch():
+    fn = lambda x: F.unfold(x, kernel_size=2, padding=1) * 2  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    for n in (2, 5):
+        x = torch.randn(n, 3, 6, 6, generator=G)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert torch.equal(compiled(x), fn(x))
+
+
+def test_unfold_of_dynamic_planes_stays_in_pytorch():
+    """The gather's positions are constants of H and W."""
+    x = torch.randn(2, 3, 6, 6, generator=G)
+    torch._dynamo.mark_dynamic(x, 2)
+    report = kiln.explain(lambda x: F.unfold(x, kernel_size=2) * 2, x)
+    assert "dynamic channels, height or width" in report.fallback["aten.im2col.default"][1]
+
+
 def test_conv3d_stays_in_pytorch():
     x, w = torch.randn(1, 2, 4, 4, 4, generator=G), torch.randn(3, 2, 2, 2, 2, generator=G)
     fn = lambda x, w: F.conv3d(x, w).relu()  # noqa: E731

@@ -59,6 +59,10 @@ def small_models():
             conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
             num_feat_extract_layers=2, num_conv_pos_embeddings=16,
             num_conv_pos_embedding_groups=4)), audio),
+        # Span-based dynamic convolution: nn.Unfold (im2col) over the sequence.
+        "convbert": (lambda: T.ConvBertModel(T.ConvBertConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            embedding_size=64, vocab_size=100)), ids),
     }
 
 
