@@ -156,6 +156,26 @@ void erase_if_dead(Graph& graph, Node* node, std::unordered_set<const Node*>& al
   }
 }
 
+// A rewrite whose replacement computes a symbolic dim through other arithmetic gets another
+// derived symbol for it ("(s0-2)/2+1" where the root had "(s0+1-3)/2+1"): equal sizes, but the
+// root's users are typed with the root's symbol. Such a rewrite declines; any other difference
+// of types is the rule's bug (asserted by the caller).
+bool names_a_symbolic_dim_anew(const std::vector<Value*>& from, const std::vector<Value*>& to) {
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (!to[i] || to[i] == from[i]) continue;
+    const TensorType &a = from[i]->type(), &b = to[i]->type();
+    if (a == b || a.dtype != b.dtype || a.layout != b.layout || a.rank() != b.rank()) continue;
+    bool renamed = false, other = false;
+    for (size_t d = 0; d < a.rank(); ++d) {
+      if (a.shape[d] == b.shape[d]) continue;
+      if (a.shape[d].is_static() || b.shape[d].is_static()) other = true;
+      else renamed = true;
+    }
+    if (renamed && !other) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Pattern Pattern::as(std::string name) const {
@@ -340,6 +360,12 @@ bool PatternRewritePass::run(Graph& graph) {
       KILN_ASSERT(replacements.size() == node->outputs().size(),
                   "rule " << rule.name << " gave " << replacements.size() << " replacements for "
                           << node->outputs().size() << " outputs of " << node->name());
+      if (names_a_symbolic_dim_anew(node->outputs(), replacements)) {
+        for (Value* to : replacements)
+          if (to->producer() && !alive.count(to->producer()))
+            erase_if_dead(graph, to->producer(), alive);
+        continue;
+      }
       for (size_t i = 0; i < replacements.size(); ++i) {
         Value* from = node->output(i);
         Value* to = replacements[i];
