@@ -700,7 +700,7 @@ AttrMap attrs_from_python(const nb::dict& attrs) {
 // ---------------------------------------------------------------- errors
 
 // Raises kiln.Error with the full message ("E50001: ...") and the attributes `code` ("E50001")
-// and `detail` (the message without the code).
+// `detail` (the message without the code) and `fx_node` (Error::fx_node).
 void translate_error(const std::exception_ptr& p, void* error_type) {
   try {
     std::rethrow_exception(p);
@@ -708,6 +708,7 @@ void translate_error(const std::exception_ptr& p, void* error_type) {
     nb::object exc = nb::handle(static_cast<PyObject*>(error_type))(e.what());
     exc.attr("code") = std::string(error_code_string(e.code()));
     exc.attr("detail") = e.detail();
+    exc.attr("fx_node") = e.fx_node();
     PyErr_SetObject(static_cast<PyObject*>(error_type), exc.ptr());
   }
 }

@@ -35,14 +35,18 @@ std::string_view error_code_string(ErrorCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message);
+  Error(ErrorCode code, const std::string& message, std::string fx_node = "");
   ErrorCode code() const { return code_; }
   // The message without the "E50001: " prefix.
   const std::string& detail() const { return detail_; }
+  // The FX node whose conversion raised it, when importing an FX graph did ("" otherwise): the
+  // backend leaves that node to PyTorch and partitions again.
+  const std::string& fx_node() const { return fx_node_; }
 
  private:
   ErrorCode code_;
   std::string detail_;
+  std::string fx_node_;
 };
 
 // Builds a message with operator<< and throws it:  throw_error(ErrorCode::X, "a ", 1, " b");

@@ -20,8 +20,8 @@ read in place; outputs are Kiln's own buffers, returned as torch tensors when th
 a torch tensor and as NumPy arrays otherwise. Calling a compiled graph returns its output for a
 single-output graph and a tuple of outputs otherwise; ``run()`` always returns a list.
 
-Errors are ``kiln.Error`` with ``.code`` ("E50001", ...) and ``.detail``; docs/errors.md lists
-every code.
+Errors are ``kiln.Error`` with ``.code`` ("E50001", ...) and ``.detail`` (and ``.fx_node``, the
+FX node an import failed on, or ""); docs/errors.md lists every code.
 """
 
 from kiln._C import CompiledGraph, Error, Graph, Symbol, Value, compile, dtypes

@@ -7,4 +7,5 @@ def error(code: str, detail: str) -> Error:
     err = Error(f"{code}: {detail}")
     err.code = code
     err.detail = detail
+    err.fx_node = ""
     return err

@@ -10,6 +10,7 @@ constants; the rest stays in PyTorch.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import itertools
@@ -325,19 +326,66 @@ class Report:
 
 def _leave_escaping_sizes_to_pytorch(partition) -> None:
     """A size (SymInt) computed in a partition and read outside it can't be a Kiln output:
-    PyTorch computes it, and the partition reads it as an input where it uses it too. Only sizes
-    computed from sizes move (the usual case: from the graph's SymInt inputs); one computed from
-    a tensor of the partition stays, since moving it would make a cycle."""
-    def movable(node: fx.Node) -> bool:
-        return is_symbolic_scalar(node) and all(
-            a not in partition.nodes or is_symbolic_scalar(a) for a in node.all_input_nodes)
+    PyTorch computes it, and the partition reads it as an input where it uses it too. A size
+    computed from sizes moves alone (the usual case: from the graph's SymInt inputs); one read
+    off a tensor of the partition (BEiT's H // 8 of its patch embedding under dynamic=True)
+    takes the nodes of the partition reading it along, which would otherwise make a cycle."""
+    def from_sizes(node: fx.Node) -> bool:
+        return all(a not in partition.nodes or is_symbolic_scalar(a)
+                   for a in node.all_input_nodes)
     moved = True
     while moved:
         moved = False
         for node in list(partition.nodes):
-            if movable(node) and any(u not in partition.nodes for u in node.users):
-                partition.remove_node(node)
+            if (node in partition.nodes and is_symbolic_scalar(node)
+                    and any(u not in partition.nodes for u in node.users)):
+                if from_sizes(node):
+                    partition.remove_node(node)
+                else:
+                    _remove_with_readers(partition, [node])
                 moved = True
+
+
+def _remove_with_readers(partition, nodes: list[fx.Node]) -> None:
+    """Removes the nodes from the partition with every node of it that reads them, directly or
+    not: what stays then never reads what left, so moving them can't make a cycle."""
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        if node in partition.nodes:
+            partition.remove_node(node)
+            pending.extend(u for u in node.users if u in partition.nodes)
+
+
+def _sizes_read(node: fx.Node) -> list:
+    """The sympy expressions of the symbolic sizes among a node's arguments."""
+    exprs = []
+    fx.node.map_aggregate((node.args, node.kwargs), lambda a: exprs.append(
+        a.meta["val"].node.expr if isinstance(a, fx.Node) and is_symbolic_scalar(a)
+        else a.node.expr if isinstance(a, (torch.SymInt, torch.SymFloat)) else None))
+    return [e for e in exprs if e is not None]
+
+
+def _leave_unbound_sizes_to_pytorch(partition) -> None:
+    """A Kiln graph binds its symbols from its tensor inputs' dims at run time, so a size
+    argument must be one of those dims or read only symbols that are: nodes computing from
+    other sizes (BEiT's relative position index under dynamic=True: arange(H // 8) in a
+    partition with no tensor input) stay in PyTorch with the nodes reading them, and what is left
+    is checked again against the inputs that gives the partition."""
+    removed = True
+    while removed:
+        removed = False
+        dims = set()
+        for node in partition.nodes:
+            for a in node.all_input_nodes:
+                val = a.meta.get("val")
+                if a not in partition.nodes and isinstance(val, torch.Tensor):
+                    dims |= {d.node.expr for d in val.shape if isinstance(d, torch.SymInt)}
+        symbols = {d for d in dims if d.is_Symbol}
+        unbound = [n for n in partition.nodes if not is_symbolic_scalar(n) and any(
+            e not in dims and not e.free_symbols <= symbols for e in _sizes_read(n))]
+        _remove_with_readers(partition, unbound)
+        removed = bool(unbound)
 
 
 def _leave_memory_layouts_to_pytorch(gm: fx.GraphModule, verdicts: dict[str, str]) -> None:
@@ -371,16 +419,51 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
     constant_data = {placeholders[i].name: t for i, t in constants.items()}
     verdicts = _C.fx_node_support(serialize(gm, constant_names))
     _leave_memory_layouts_to_pytorch(gm, verdicts)
-    summary = _unsupported_summary(gm, verdicts)
-    if summary and not config.get("operator_selection.fallback_to_cpu"):
-        raise error("E50001", "operator_selection.fallback_to_cpu is False, but these ops "
-                    "can't run in Kiln:\n" + summary)
+    while True:
+        summary = _unsupported_summary(gm, verdicts)
+        if summary and not config.get("operator_selection.fallback_to_cpu"):
+            raise error("E50001", "operator_selection.fallback_to_cpu is False, but these ops "
+                        "can't run in Kiln:\n" + summary)
+        # Fusing rewrites the module it is given: each try works on a copy of the graph.
+        attempt = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        try:
+            fused, partitions, built = _compile_partitions(
+                attempt, verdicts, config, constant_names, constant_data, dynamic,
+                describe=report is not None)
+            break
+        except _C.Error as e:
+            # Each node converts alone (fx_node_support) with PyTorch's types for its operands;
+            # inside a partition it gets the types Kiln inferred, which can differ (a symbolic
+            # dim derived another way). Such a node goes to PyTorch, and the partitions are
+            # drawn again.
+            node = getattr(e, "fx_node", "")
+            if not node or verdicts.get(node) != "":
+                raise
+            verdicts[node] = f"{e} (converting it inside its partition)"
+    if report is not None:
+        report.partitions.extend(built)
+        in_kiln = {n.name for p in partitions for n in p.nodes}
+        for n in fused.graph.nodes:
+            if (n.op == "call_function" and n.target is not operator.getitem
+                    and n.name not in in_kiln):
+                count, why = report.fallback.get(target_name(n), (0, ""))
+                reason = verdicts.get(n.name) or f"in a partition under min_block_size"
+                report.fallback[target_name(n)] = (count + 1, why or reason)
+    fused.recompile()
+    return fused
 
+
+def _compile_partitions(gm: fx.GraphModule, verdicts: dict[str, str], config: CompilerConfig,
+                        constant_names: set[str], constant_data: dict[str, torch.Tensor],
+                        dynamic: DynamicSetup | None, describe: bool):
+    """The graph with each Kiln partition fused into a KilnSubgraph module (fusing rewrites
+    `gm`), the partitions, and (with `describe`) their Report entries."""
     min_block_size = config.get("operator_selection.min_block_size")
     partitioner = CapabilityBasedPartitioner(gm, _KilnSupport(verdicts),
                                              allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     for p in partitions:
+        _leave_unbound_sizes_to_pytorch(p)
         _leave_escaping_sizes_to_pytorch(p)
     # Size computations and getitems don't count: a partition of nothing else (a size feeding
     # an op that stays in PyTorch) has no tensor work for Kiln and stays in PyTorch.
@@ -404,6 +487,7 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
         # The partitions run one after another: they can borrow one arena, sized to the largest.
         options["memory_pool"] = _C.MemoryPool()
     parent_placeholders = {n.name: n for n in fused.graph.nodes if n.op == "placeholder"}
+    built = []
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
             continue
@@ -443,24 +527,15 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                 sub, kiln_name, config.get("debug.precision_check.rtol"),
                 config.get("debug.precision_check.atol"))
         setattr(fused, node.target, module)
-        if report is not None:
+        if describe:
             sizes = [[d if isinstance(d, int) else d.node.hint
                       for d in node.args[i].meta["val"].shape]
                      for i in module.input_positions]
-            report.partitions.append(Partition(node.target, collections.Counter(
+            built.append(Partition(node.target, collections.Counter(
                 target_name(n) for n in sub.graph.nodes
                 if n.op == "call_function" and n.target is not operator.getitem),
                 module, sizes, module.compiled.memory_stats(sizes)))
-    if report is not None:
-        in_kiln = {n.name for p in partitions for n in p.nodes}
-        for n in gm.graph.nodes:
-            if (n.op == "call_function" and n.target is not operator.getitem
-                    and n.name not in in_kiln):
-                count, why = report.fallback.get(target_name(n), (0, ""))
-                reason = verdicts.get(n.name) or f"in a partition under min_block_size"
-                report.fallback[target_name(n)] = (count + 1, why or reason)
-    fused.recompile()
-    return fused
+    return fused, partitions, built
 
 
 def _plain_inference(example_inputs: list) -> bool:

@@ -397,6 +397,17 @@ std::vector<Value*> convert_node(Graph& g, ShapeReader& shapes, const Json& node
   return outs;
 }
 
+// convert_node, its errors naming the FX node (Error::fx_node).
+std::vector<Value*> convert_tagged(Graph& g, ShapeReader& shapes, const Json& node,
+                                   const std::function<Value*(const Json&)>& resolve) {
+  try {
+    return convert_node(g, shapes, node, resolve);
+  } catch (const Error& e) {
+    if (!e.fx_node().empty()) throw;
+    throw Error(e.code(), e.detail(), node.at("name").get<std::string>());
+  }
+}
+
 Json parse_json(const std::string& text) {
   try {
     return Json::parse(text);
@@ -445,7 +456,7 @@ std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
     for (const Json& node : fx.at("nodes")) {
       size_t first_new = g->num_nodes();
       const std::string fx_name = node.at("name").get<std::string>();
-      std::vector<Value*>& outs = values[fx_name] = convert_node(*g, shapes, node, resolve);
+      std::vector<Value*>& outs = values[fx_name] = convert_tagged(*g, shapes, node, resolve);
       // Every node a converter adds carries the FX node's origin into dumps; the ones computing
       // its outputs also its name (the precision check compares them with PyTorch's): "name"
       // when the node's output k is the FX node's output k, "name#d" when it is output k + d.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace kiln {
 
@@ -27,10 +28,11 @@ std::string_view error_code_string(ErrorCode code) {
   return "E19999";
 }
 
-Error::Error(ErrorCode code, const std::string& message)
+Error::Error(ErrorCode code, const std::string& message, std::string fx_node)
     : std::runtime_error(std::string(error_code_string(code)).append(": ").append(message)),
       code_(code),
-      detail_(message) {}
+      detail_(message),
+      fx_node_(std::move(fx_node)) {}
 
 void assertion_failed(const char* condition, const char* file, int line,
                       const std::string& message) {

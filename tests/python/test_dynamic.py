@@ -4,6 +4,9 @@ Dynamo's compile counter proves that no later shape recompiles. (The first call 
 backend calls: AOTAutograd restarts dynamo's analysis once to turn size-derived Python floats
 into tensors, TensorifyScalarRestartAnalysis, whatever the backend.)"""
 
+import functools
+import json
+
 import pytest
 import torch
 import transformers as T
@@ -113,6 +116,75 @@ def test_symbolic_conv_net_over_batch_and_resolution():
             compiles = counter.frame_count if batch == 2 else compiles
     assert counter.frame_count == compiles
     torch._dynamo.reset()
+
+
+def _relative_positions(x):
+    """BEiT's shape under dynamic=True: a position table built from a size alone, in a
+    partition of its own (sinh stays in PyTorch, between it and x)."""
+    n = x.shape[-1] // 8
+    positions = torch.arange(n)
+    table = (positions[:, None] - positions[None, :] + n - 1).float()
+    return torch.sinh(x).sum(-1) + table.sum()
+
+
+def _pad_then_strided_conv(x, w=torch.randn(4, 3, 3, 3,
+                                            generator=torch.Generator().manual_seed(1))):
+    """MobileNetV2's "same" padding: folding the pad into the convolution derives the output
+    dims another way; the fold must decline, not abort."""
+    return torch.nn.functional.conv2d(torch.nn.functional.pad(x, (0, 1, 0, 1)), w, stride=2)
+
+
+@pytest.mark.parametrize("fn", [_relative_positions, _pad_then_strided_conv])
+def test_symbolic_sizes_crossing_partitions(fn):
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="kiln", dynamic=True)
+    for size in (32, 48):
+        x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(size))
+        torch.testing.assert_close(compiled(x), fn(x))
+    torch._dynamo.reset()
+
+
+def test_a_node_failing_inside_its_partition_is_left_to_pytorch(monkeypatch):
+    """Each node is checked alone against PyTorch's types; inside its partition Kiln's own
+    inferred types can refuse it (BEiT's copy into a table of symbolic size, under
+    dynamic=True). The import error names the FX node: it goes to PyTorch with the reason and
+    the partitions are drawn again. Simulated here: the partition holding `tanh` fails."""
+    import kiln.backend as backend
+    build = backend.KilnSubgraph.__init__
+
+    def failing_on_tanh(self, graph_json, *args, **kwargs):
+        if '"target": "aten.tanh.default"' in graph_json:
+            err = kiln.Error("E50001: Kiln can't convert node 'tanh' (aten.tanh.default): test")
+            err.code, err.detail, err.fx_node = "E50001", "test", "tanh"
+            raise err
+        build(self, graph_json, *args, **kwargs)
+
+    monkeypatch.setattr(backend.KilnSubgraph, "__init__", failing_on_tanh)
+    fn = lambda x: torch.relu(torch.tanh(x * 2) + 1) * 3  # noqa: E731
+    x = torch.randn(4, 5)
+    torch._dynamo.reset()
+    report = Report()
+    compiled = torch.compile(fn, backend=functools.partial(
+        kiln_backend, _report=report, options={"operator_selection.min_block_size": 1}))
+    torch.testing.assert_close(compiled(x), fn(x))
+    torch._dynamo.reset()
+    assert report.fallback["aten.tanh.default"][1].endswith("(converting it inside its partition)")
+    assert sum(sum(p.ops.values()) for p in report.partitions) == 4  # mul; add, relu, mul
+
+
+def test_an_import_error_names_the_fx_node():
+    """What the retry above relies on: kiln.Error.fx_node."""
+    from kiln import _C
+    graph = json.dumps({
+        "name": "g", "symbols": [],
+        "placeholders": [{"name": "x", "kind": "input", "dtype": "f32", "shape": [2, 3]}],
+        "nodes": [{"name": "mm", "target": "aten.mm.default",
+                   "args": {"self": {"ref": "x"}, "mat2": {"ref": "x"}},
+                   "outputs": [{"dtype": "f32", "shape": [2, 3]}]}],
+        "outputs": [{"ref": "mm"}]})
+    with pytest.raises(kiln.Error) as caught:
+        _C.import_fx(graph, {})
+    assert caught.value.code == "E40002" and caught.value.fx_node == "mm"
 
 
 # ---------------------------------------------------------------- dynamic_shape.* options

@@ -87,3 +87,22 @@ def test_model_matches_eager(name):
     eager_error = (eager.double() - truth).abs().max().item()
     assert kiln_error <= 4 * eager_error + 1e-5, (kiln_error, eager_error)
     torch._dynamo.reset()
+
+
+def test_beit_under_dynamic_shapes_matches_eager():
+    """Image sizes symbolic (dynamic=True): BEiT builds its relative position table from the
+    patch grid's size, in partitions that read sizes alone, write into tables of symbolic size
+    and hand sizes to PyTorch. Whatever Kiln can't take there runs in PyTorch; the results stay
+    eager's."""
+    make, x = MODELS["beit"]
+    torch.manual_seed(0)
+    model = make().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for image in (x, torch.nn.functional.interpolate(x, size=(48, 48))):
+            torch.testing.assert_close(compiled(image, interpolate_pos_encoding=True)
+                                       .last_hidden_state,
+                                       model(image, interpolate_pos_encoding=True)
+                                       .last_hidden_state)
+    torch._dynamo.reset()
