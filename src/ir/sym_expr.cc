@@ -8,7 +8,7 @@
 namespace kiln {
 
 struct SymExpr::Node {
-  enum class Kind { Int, Symbol, Add, Sub, Mul, FloorDiv } kind;
+  enum class Kind { Int, Symbol, Add, Sub, Mul, FloorDiv, Mod, Max, Min } kind;
   int64_t value = 0;
   std::string name;
   std::shared_ptr<const Node> lhs, rhs;
@@ -33,7 +33,8 @@ class Parser {
  private:
   [[noreturn]] void fail(const std::string& why) const {
     throw_error(ErrorCode::ParseError, "symbolic size '", text_, "' at offset ", pos_, ": ", why,
-                "; sizes may use integers, symbols, +, -, * and //");
+                "; sizes may use integers, symbols, +, -, *, //, ** (by an integer), Mod, "
+                "Max and Min");
   }
   void skip_space() {
     while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
@@ -58,12 +59,38 @@ class Parser {
     }
   }
   NodePtr term() {
-    NodePtr e = atom();
+    NodePtr e = power();
     for (;;) {
-      if (eat("//")) e = binary(Kind::FloorDiv, e, atom());
-      else if (eat("*")) e = binary(Kind::Mul, e, atom());
+      if (eat("//")) e = binary(Kind::FloorDiv, e, power());
+      else if (eat("*")) e = binary(Kind::Mul, e, power());
       else return e;
     }
+  }
+  // atom ** n (sympy prints squares so): n - 1 products of the one parsed atom.
+  NodePtr power() {
+    NodePtr base = atom();
+    if (!eat("**")) return base;
+    skip_space();
+    const size_t start = pos_;
+    int64_t n = 0;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_])) && n < 64)
+      n = n * 10 + (text_[pos_++] - '0');
+    if (pos_ == start || n < 1 || n > 63) fail("the exponent must be an integer in [1, 63]");
+    NodePtr e = base;
+    for (int64_t i = 1; i < n; ++i) e = binary(Kind::Mul, e, base);
+    return e;
+  }
+  // Mod(a, b), Max(a, b), Min(a, b): sympy's functions of sizes.
+  NodePtr call(const std::string& name) {
+    const Kind kind = name == "Mod" ? Kind::Mod : name == "Max" ? Kind::Max
+                    : name == "Min" ? Kind::Min : Kind::Int;
+    if (kind == Kind::Int) fail("function '" + name + "' is not supported");
+    eat("(");
+    NodePtr a = expr();
+    if (!eat(",")) fail("'" + name + "' takes two arguments");
+    NodePtr b = expr();
+    if (!eat(")")) fail("missing ')'");
+    return binary(kind, a, b);
   }
   NodePtr atom() {
     skip_space();
@@ -87,9 +114,10 @@ class Parser {
              (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
         ++pos_;
       if (pos_ < text_.size() && text_[pos_] == '(')
-        fail("function '" + text_.substr(start, pos_ - start) + "' is not supported");
-      result = std::make_shared<const SymExpr::Node>(
-          SymExpr::Node{Kind::Symbol, 0, text_.substr(start, pos_ - start), {}, {}});
+        result = call(text_.substr(start, pos_ - start));
+      else
+        result = std::make_shared<const SymExpr::Node>(
+            SymExpr::Node{Kind::Symbol, 0, text_.substr(start, pos_ - start), {}, {}});
     } else {
       fail(pos_ < text_.size() ? "unexpected '" + text_.substr(pos_, 1) + "'"
                                : "unexpected end");
@@ -155,6 +183,11 @@ std::optional<int64_t> SymExpr::evaluate(
       case Kind::FloorDiv:
         if (*b == 0 || (*a == INT64_MIN && *b == -1)) return std::nullopt;
         return floor_div(*a, *b);
+      case Kind::Mod:  // Python's: the sign of the divisor
+        if (*b == 0 || (*a == INT64_MIN && *b == -1)) return std::nullopt;
+        return *a - floor_div(*a, *b) * *b;
+      case Kind::Max: return std::max(*a, *b);
+      case Kind::Min: return std::min(*a, *b);
       default: return std::nullopt;
     }
   };
@@ -185,6 +218,11 @@ std::pair<int64_t, int64_t> SymExpr::range(
         if (b.first <= 0 || a.first < 0) return {0, INT64_MAX};
         return {a.first / b.second, a.second / b.first};
       }
+      case Kind::Mod:
+        if (b.first <= 0 || a.first < 0) return {0, INT64_MAX};
+        return {0, std::min(a.second, b.second - 1)};
+      case Kind::Max: return {std::max(a.first, b.first), std::max(a.second, b.second)};
+      case Kind::Min: return {std::min(a.first, b.first), std::min(a.second, b.second)};
       default: return {0, INT64_MAX};
     }
   };

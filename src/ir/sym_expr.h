@@ -3,8 +3,10 @@
 // (reshape's sym_shape, expand's sym_size, slice's sym_end) so that one graph serves every
 // shape; inference evaluates them with the symbols bound to a run's sizes (docs/dynamic-shapes.md).
 //
-// Grammar: expr := term (('+' | '-') term)*; term := atom (('*' | '//') atom)*;
-//          atom := INT | SYMBOL | '(' expr ')'. Anything else is rejected with the reason.
+// Grammar: expr := term (('+' | '-') term)*; term := power (('*' | '//') power)*;
+//          power := atom ('**' INT)?;
+//          atom := INT | SYMBOL | ('Mod' | 'Max' | 'Min') '(' expr ',' expr ')' | '(' expr ')'.
+// Mod is Python's (the divisor's sign). Anything else is rejected with the reason.
 #pragma once
 
 #include <cstdint>
