@@ -72,6 +72,9 @@ class ConvertContext {
   std::vector<Value*> round_results(std::vector<Value*> outputs);
   // A scalar constant of the given dtype, e.g. the `other` of add.Scalar.
   Value* scalar(double value, DType dtype);
+  // A size PyTorch passes as a number ({"sym": "s1 - 1"}), computed by the graph as an i64 0-d
+  // tensor: dim_size of an input having each symbol it reads as a dim, and integer ops.
+  Value* size_value(const std::string& expr);
   // `v` in `dtype`: v itself when it has it, else a cast node.
   Value* cast(Value* v, DType dtype);
   // The dim argument `arg` of a tensor of rank `rank`, a negative one counted from the end:

@@ -291,6 +291,39 @@ Value* ConvertContext::scalar(double value, DType dtype) {
   return graph_.add_constant(name_ + "_scalar", t);
 }
 
+Value* ConvertContext::size_value(const std::string& expr) {
+  auto symbol = [&](const std::string& name) -> Value* {
+    for (Value* in : graph_.inputs()) {
+      const Shape& shape = in->type().shape;
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (!shape[d].is_static() && graph_.symbols()[shape[d].symbol()].name == name)
+          return add("dim_size", {in}, {{"dim", static_cast<int64_t>(d)}});
+    }
+    unsupported("the size '" + expr + "' reads symbol '" + name +
+                "', which no input of the graph has as a dim");
+  };
+  auto apply = [&](SymExpr::Op op, Value* a, Value* b) -> Value* {
+    switch (op) {
+      case SymExpr::Op::Add: return add("add", {a, b});
+      case SymExpr::Op::Sub: return add("sub", {a, b});
+      case SymExpr::Op::Mul: return add("mul", {a, b});
+      case SymExpr::Op::FloorDiv:
+        return add("div", {a, b}, {{"rounding_mode", std::string("floor")}});
+      case SymExpr::Op::Mod: return add("remainder", {a, b});
+      case SymExpr::Op::Max: return add("maximum", {a, b});
+      case SymExpr::Op::Min: return add("minimum", {a, b});
+    }
+    KILN_ASSERT(false, "unknown size operation");
+  };
+  return SymExpr::parse(expr).fold(
+      [&](int64_t v) {
+        Tensor t = Tensor::empty(DType::I64, {});
+        *t.data<int64_t>() = v;
+        return graph_.add_constant(name_ + "_size", t);
+      },
+      symbol, apply);
+}
+
 Value* ConvertContext::cast(Value* v, DType dtype) {
   if (v->type().dtype == dtype) return v;
   return add("to", {v}, {{"dtype", std::string(dtype_name(dtype))}});
@@ -513,6 +546,12 @@ std::map<std::string, std::string> fx_node_support(const std::string& json_text)
       Graph scratch("support_check");
       ShapeReader shapes(scratch);
       shapes.declare(fx.value("symbols", Json::array()));
+      // A size the node reads as a number is computed from an input having its symbols as
+      // dims: its partition will have one (python/kiln/backend.py keeps the nodes it can't
+      // bind out), so here each symbol gets one.
+      for (int32_t id = 0; id < static_cast<int32_t>(scratch.symbols().size()); ++id)
+        scratch.add_input("size_of_" + scratch.symbols()[id].name,
+                          TensorType{DType::F32, {Dim::symbolic(id)}, Layout::Plain});
       std::map<std::pair<std::string, size_t>, Value*> operands;
       std::function<Value*(const Json&)> resolve = [&](const Json& ref) -> Value* {
         std::string name = ref.at("ref").get<std::string>();

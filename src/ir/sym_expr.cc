@@ -167,6 +167,26 @@ std::string SymExpr::single_symbol() const {
   return root_->kind == Kind::Symbol ? root_->name : "";
 }
 
+Value* SymExpr::fold(const std::function<Value*(int64_t)>& integer,
+                     const std::function<Value*(const std::string&)>& symbol,
+                     const std::function<Value*(Op, Value*, Value*)>& apply) const {
+  std::function<Value*(const Node&)> build = [&](const Node& n) -> Value* {
+    switch (n.kind) {
+      case Kind::Int: return integer(n.value);
+      case Kind::Symbol: return symbol(n.name);
+      case Kind::Add: return apply(Op::Add, build(*n.lhs), build(*n.rhs));
+      case Kind::Sub: return apply(Op::Sub, build(*n.lhs), build(*n.rhs));
+      case Kind::Mul: return apply(Op::Mul, build(*n.lhs), build(*n.rhs));
+      case Kind::FloorDiv: return apply(Op::FloorDiv, build(*n.lhs), build(*n.rhs));
+      case Kind::Mod: return apply(Op::Mod, build(*n.lhs), build(*n.rhs));
+      case Kind::Max: return apply(Op::Max, build(*n.lhs), build(*n.rhs));
+      case Kind::Min: return apply(Op::Min, build(*n.lhs), build(*n.rhs));
+    }
+    return nullptr;
+  };
+  return build(*root_);
+}
+
 std::optional<int64_t> SymExpr::evaluate(
     const std::function<std::optional<int64_t>(const std::string&)>& value_of) const {
   std::function<std::optional<int64_t>(const Node&)> eval = [&](const Node& n)

@@ -20,6 +20,8 @@
 
 namespace kiln {
 
+class Value;
+
 class SymExpr {
  public:
   // Throws E10010 naming the expression and what is wrong with it.
@@ -36,6 +38,13 @@ class SymExpr {
       const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range_of) const;
   // A lone symbol's name ("s0"), or empty.
   std::string single_symbol() const;
+
+  enum class Op { Add, Sub, Mul, FloorDiv, Mod, Max, Min };
+  // The expression rebuilt bottom-up through the callbacks (leaves, then each operation on its
+  // operands' results): how the frontend turns a size PyTorch passes as a number into nodes.
+  Value* fold(const std::function<Value*(int64_t)>& integer,
+              const std::function<Value*(const std::string&)>& symbol,
+              const std::function<Value*(Op, Value*, Value*)>& apply) const;
 
   struct Node;
 

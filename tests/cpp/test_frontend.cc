@@ -106,6 +106,32 @@ TEST(Frontend, UnreadOutputsPickTheCheaperOp) {
             ErrorCode::UnsupportedOperator);
 }
 
+// A size handed to an op as a number ({"sym": ...}) is computed by the graph for each run's
+// shapes: dim_size of the input having the symbol as a dim, then the integer ops.
+TEST(Frontend, SizesPassedAsNumbersAreComputedPerRun) {
+  const char* json = R"json({"name": "sizes", "symbols": [{"name": "s0", "min": 1, "max": 64}],
+    "placeholders": [{"name": "x", "kind": "input", "dtype": "f32", "shape": ["s0"]}],
+    "nodes": [{"name": "add", "target": "aten.add.Tensor",
+               "args": {"self": {"ref": "x"}, "other": {"sym": "Mod(((s0 - 1)//2)**2, 5)"},
+                        "alpha": 1},
+               "outputs": [{"dtype": "f32", "shape": ["s0"]}]}],
+    "outputs": [{"ref": "add"}]})json";
+  EXPECT_EQ(fx_node_support(json).at("add"), "");
+  auto compiled = CompiledGraph::compile(*import_fx_graph(json, {}));
+  for (int64_t n : {1, 4, 7, 12}) {
+    std::vector<float> x(static_cast<size_t>(n), 0.5f);
+    const float size = static_cast<float>(((n - 1) / 2) * ((n - 1) / 2) % 5);
+    auto out = compiled->run({TensorView{x.data(), DType::F32, {n}}});
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[0].data<float>()[i], 0.5f + size) << n;
+  }
+  // A symbol no tensor input has as a dim can't be computed (backend.py keeps such nodes in
+  // PyTorch).
+  std::string unbound = json;
+  const std::string dynamic_input = R"("shape": ["s0"]}])";
+  unbound.replace(unbound.find(dynamic_input), dynamic_input.size(), R"("shape": [3]}])");
+  EXPECT_EQ(code_of([&] { import_fx_graph(unbound, {}); }), ErrorCode::UnsupportedOperator);
+}
+
 TEST(Frontend, MalformedJsonIsE10020) {
   EXPECT_EQ(code_of([] { import_fx_graph("{not json", {}); }), ErrorCode::BadModelFile);
   EXPECT_EQ(code_of([] { import_fx_graph(R"({"placeholders": 3})", {}); }),

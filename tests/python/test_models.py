@@ -106,3 +106,29 @@ def test_beit_under_dynamic_shapes_matches_eager():
                                        model(image, interpolate_pos_encoding=True)
                                        .last_hidden_state)
     torch._dynamo.reset()
+
+
+def test_llama_decoding_under_dynamic_shapes_is_one_kiln_graph():
+    """Greedy decoding with a DynamicCache through torch.compile(dynamic=True): the prompt and
+    every step run with no op left to PyTorch (the cache position, a size added to a tensor, is
+    computed by the graph: dim_size), and the tokens are eager's."""
+    config = T.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=128, vocab_size=100)
+    torch.manual_seed(0)
+    model = T.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(3, 100, (1, 9), generator=torch.Generator().manual_seed(4))
+    torch._dynamo.reset()
+    forward = torch.compile(model.forward, backend="kiln", dynamic=True,
+                            options={"operator_selection.fallback_to_cpu": False})
+
+    def greedy(step, steps=6):
+        cache, ids, tokens = T.DynamicCache(config=config), prompt, []
+        with torch.no_grad():
+            for _ in range(steps):
+                ids = step(input_ids=ids, past_key_values=cache,
+                           use_cache=True).logits[:, -1:].argmax(-1)
+                tokens.append(ids.item())
+        return tokens
+
+    assert greedy(forward) == greedy(model.forward)
+    torch._dynamo.reset()

@@ -15,8 +15,10 @@ namespace {
 
 // A Python number argument as a rank-0 constant of the dtype PyTorch wraps it into: bool, i64
 // (int) or f64 (float), its value exact. ConvertContext reads numbers as double, but promotion
-// also needs the Python type: whether the JSON value is a bool or an integer tells it.
+// also needs the Python type: whether the JSON value is a bool or an integer tells it. A size
+// (a SymInt: an int) is computed by the graph (ConvertContext::size_value).
 Value* wrapped_number(ConvertContext& ctx, const std::string& arg) {
+  if (const std::string size = ctx.sym(arg); !size.empty()) return ctx.size_value(size);
   Tensor t;
   try {
     t = Tensor::empty(DType::Bool, {});

@@ -157,6 +157,8 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   // A 0-d tensor of a number (AOTAutograd makes them of Python floats computed from sizes).
   r.add("aten.scalar_tensor.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     require_dense(ctx);
+    if (const std::string size = ctx.sym("s"); !size.empty())
+      return {ctx.cast(ctx.size_value(size), ctx.output_dtype())};
     return {ctx.scalar(ctx.number("s"), ctx.output_dtype())};
   });
   r.add("aten.full.default", [](ConvertContext& ctx) -> std::vector<Value*> {
