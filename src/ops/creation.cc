@@ -7,6 +7,8 @@
 //                              sym_end (optional) replaces end by a size over the graph's
 //                              symbols ("s1"), for arange(S) traced with S dynamic.
 //   full(; size, fill_value, dtype = "f32"), zeros(; size, dtype = "f32"), ones(...)
+//                              sym_size (optional): per dim, a size over the graph's symbols
+//                              ("" where size holds it), for ones(B, S) traced with S dynamic.
 //   full_like(x; fill_value, dtype = ""), zeros_like(x; dtype = ""), ones_like(x; dtype = "")
 //                              x's shape (symbolic dims included) and, unless dtype is given, its
 //                              dtype.
@@ -161,9 +163,19 @@ void infer_fill(const FillOp& op, InferContext& ctx) {
     out.dtype = dtype_attr(ctx, "dtype", out.dtype);
   } else {
     const std::vector<int64_t>& size = ctx.attr_ints("size");
-    ctx.check(std::all_of(size.begin(), size.end(), [](int64_t s) { return s >= 0; }),
-              "size " + shape_string(size) + " has a negative dim");
-    out = TensorType{dtype_attr(ctx, "dtype"), make_shape(size)};
+    const auto& sym = std::get<std::vector<std::string>>(ctx.attrs().at("sym_size"));
+    ctx.check(sym.empty() || sym.size() == size.size(),
+              "sym_size has " + std::to_string(sym.size()) + " entries for the " +
+                  std::to_string(size.size()) + " of size " + shape_string(size));
+    out = TensorType{dtype_attr(ctx, "dtype"), {}};
+    for (size_t i = 0; i < size.size(); ++i) {
+      if (!sym.empty() && !sym[i].empty()) {
+        out.shape.push_back(ctx.sym_dim(sym[i]));
+        continue;
+      }
+      ctx.check(size[i] >= 0, "size " + shape_string(size) + " has a negative dim");
+      out.shape.push_back(Dim(size[i]));
+    }
   }
   const std::string why =
       cpu::scalar_unrepresentable_reason(out.dtype, fill_value(op, ctx.attrs()));
@@ -208,7 +220,9 @@ void register_creation_ops(OpRegistry& registry) {
     OpDef def;
     def.name = op.name;
     if (op.like) def.inputs = {{"x"}};
-    else def.attrs.push_back({"size", std::vector<int64_t>{}, true});
+    else
+      def.attrs.insert(def.attrs.end(), {{"size", std::vector<int64_t>{}, true},
+                                         {"sym_size", std::vector<std::string>{}}});
     if (!op.fixed_value) def.attrs.push_back({"fill_value", 0.0, true});
     def.attrs.push_back({"dtype", std::string(op.like ? "" : "f32")});
     def.infer = [&op](InferContext& ctx) { infer_fill(op, ctx); };

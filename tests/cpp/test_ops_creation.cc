@@ -228,6 +228,38 @@ TEST(OpsCreation, LikeOpsKeepSymbolicShapesAndTakeADtype) {
   }
 }
 
+// full, zeros and ones of symbolic sizes (ones(B, S + 1) traced with B and S dynamic): each
+// run fills the sizes its inputs bind.
+TEST(OpsCreation, FillOpsTakeSymbolicSizes) {
+  auto g = parse_graph(R"(graph @g {
+    sym B in [1, 8]
+    sym S in [1, 64]
+    input %x : f32[B, S]
+    %m = full() {fill_value = 2.0, size = [-1, -1], sym_size = ["B", "S+1"]}
+    %z = zeros() {size = [3, -1], sym_size = ["", "S*2"]}
+    output %m, %z, %x
+  })");
+  EXPECT_EQ(shape_string(g->find_value("m")->type().shape, &g->symbols()), "[B, S+1]");
+  EXPECT_EQ(shape_string(g->find_value("z")->type().shape, &g->symbols()), "[3, S*2]");
+  auto compiled = CompiledGraph::compile(*g);
+  for (int64_t s : {1, 6}) {
+    Tensor x = Tensor::zeros(DType::F32, {2, s});
+    std::vector<Tensor> out = compiled->run({x.view()});
+    EXPECT_EQ(out[0].sizes(), (Ints{2, s + 1}));
+    EXPECT_EQ(test::values_of<float>(out[0]), std::vector<float>(size_t(2 * (s + 1)), 2.0f));
+    EXPECT_EQ(out[1].sizes(), (Ints{3, 2 * s}));
+  }
+  EXPECT_EQ(test::error_code_of([] {
+              parse_graph(R"(graph @g {
+                sym S in [1, 64]
+                input %x : f32[S]
+                %m = ones() {size = [-1, 2], sym_size = ["S"]}
+                output %m, %x
+              })");
+            }),
+            ErrorCode::ShapeInference);
+}
+
 TEST(OpsCreation, GraphsWithCreationOpsRoundTripThroughText) {
   Graph g;
   Dim batch = g.add_symbol("B", 1, 8);

@@ -144,6 +144,24 @@ def test_symbolic_sizes_crossing_partitions(fn):
     torch._dynamo.reset()
 
 
+def _masks_of_symbolic_size(x):
+    """Attention masks as models build them: ones(B, S), zeros(S), a causal full(S, S)."""
+    b, s = x.shape
+    causal = torch.full((s, s), float("-inf")).triu(1)
+    return x + torch.ones(b, s) * 2 + torch.zeros(s), causal.exp(), x.new_zeros(s + 1)
+
+
+def test_fills_of_symbolic_size_run_in_kiln():
+    torch._dynamo.reset()
+    compiled = torch.compile(_masks_of_symbolic_size, backend="kiln", dynamic=True,
+                             options={"operator_selection.fallback_to_cpu": False})
+    for s in (5, 9):
+        x = torch.randn(2, s)
+        for got, expected in zip(compiled(x), _masks_of_symbolic_size(x)):
+            assert torch.equal(got, expected)
+    torch._dynamo.reset()
+
+
 def test_a_node_failing_inside_its_partition_is_left_to_pytorch(monkeypatch):
     """Each node is checked alone against PyTorch's types; inside its partition Kiln's own
     inferred types can refuse it (BEiT's copy into a table of symbolic size, under

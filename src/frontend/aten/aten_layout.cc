@@ -31,6 +31,14 @@ Value* broadcast_into(ConvertContext& ctx, Value* value, const Value* like) {
   return ctx.add("expand", {value}, {{"size", sizes}});
 }
 
+// full's attributes for a `size` argument whose entries may be symbolic (sym_size).
+AttrMap full_attrs(ConvertContext& ctx, double fill_value) {
+  const ConvertContext::Sizes size = ctx.sizes("size");
+  AttrMap attrs{{"size", size.ints}, {"fill_value", fill_value}, {"dtype", dtype_attr(ctx)}};
+  if (!size.syms.empty()) attrs["sym_size"] = size.syms;
+  return attrs;
+}
+
 }  // namespace
 
 void register_aten_layout_converters(ConverterRegistry& r) {
@@ -118,14 +126,11 @@ void register_aten_layout_converters(ConverterRegistry& r) {
                               {"aten.zeros.default", 0.0}})
     r.add(target, [fill](ConvertContext& ctx) -> std::vector<Value*> {
       require_dense(ctx);
-      return {ctx.add("full", {}, {{"size", ctx.integers("size")}, {"fill_value", fill},
-                                   {"dtype", dtype_attr(ctx)}})};
+      return {ctx.add("full", {}, full_attrs(ctx, fill))};
     });
   r.add("aten.new_full.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     require_dense(ctx);
-    return {ctx.add("full", {}, {{"size", ctx.integers("size")},
-                                 {"fill_value", ctx.number("fill_value")},
-                                 {"dtype", dtype_attr(ctx)}})};
+    return {ctx.add("full", {}, full_attrs(ctx, ctx.number("fill_value")))};
   });
   // zeros_like(x) and friends: x's shape (symbolic dims included), the node's dtype. The memory
   // format orders elements in memory only.
@@ -163,9 +168,7 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   });
   r.add("aten.full.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     require_dense(ctx);
-    return {ctx.add("full", {},
-                    {{"size", ctx.integers("size")}, {"fill_value", ctx.number("fill_value")},
-                     {"dtype", dtype_attr(ctx)}})};
+    return {ctx.add("full", {}, full_attrs(ctx, ctx.number("fill_value")))};
   });
 }
 
