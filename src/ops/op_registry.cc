@@ -107,9 +107,12 @@ Dim InferContext::derive(Dim in, const std::function<int64_t(int64_t)>& f,
   const Symbol& s = symbols_[in.symbol()];
   std::string name = expr;
   for (size_t pos; (pos = name.find("{}")) != std::string::npos;) name.replace(pos, 2, s.name);
+  // f is monotone (a window count, a transposed size): one value over the range is static, as
+  // PyTorch makes (H//32) of H in [32, 63].
+  const int64_t lo = f(s.min), hi = f(s.max);
+  if (lo == hi) return Dim(lo);
   int32_t existing = symbols_.find(name);
   if (existing >= 0) return Dim::symbolic(existing);
-  int64_t lo = f(s.min), hi = f(s.max);
   return Dim::symbolic(symbols_.add(name, lo, hi));
 }
 

@@ -52,7 +52,7 @@ class InferContext {
 
   // A dim computed from `in` by a monotonic non-decreasing function `f`. A static dim gives
   // f(size); a symbolic one gives a derived symbol named `expr` (with "{}" replaced by the
-  // symbol's name) whose range is [f(min), f(max)].
+  // symbol's name) whose range is [f(min), f(max)], or f(min) itself when that is f(max).
   Dim derive(Dim in, const std::function<int64_t(int64_t)>& f, const std::string& expr);
   // A size written as an expression over the graph's symbols (src/ir/sym_expr.h), as the
   // sym_* attributes of reshape, expand and slice hold it: static when the run binds its

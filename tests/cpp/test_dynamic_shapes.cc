@@ -226,6 +226,19 @@ TEST(DynamicShapes, SliceEndThatMayLeaveTheDimFails) {
   EXPECT_NE(message.find("dims_range"), std::string::npos) << message;
 }
 
+// A window count that takes one value over the whole range is static, as PyTorch makes it.
+TEST(DynamicShapes, WindowsOfOneCountOverTheRangeAreStatic) {
+  auto g = parse_graph(R"(graph @g {
+    sym H in [32, 63]
+    input %x : f32[1, 2, H, H]
+    %p = avg_pool2d(%x) {kernel_size = [32]}
+    %q = avg_pool2d(%x) {kernel_size = [16]}
+    output %p, %q
+  })");
+  EXPECT_EQ(shape_string(g->find_value("p")->type().shape, &g->symbols()), "[1, 2, 1, 1]");
+  EXPECT_FALSE(g->find_value("q")->type().shape[2].is_static());  // 2 or 3
+}
+
 TEST(DynamicShapes, ExpressionsMustReadDeclaredSymbols) {
   for (const char* sym : {"\"s7\"", "\"Floor(s0)\""}) {
     std::string message;
