@@ -89,22 +89,31 @@ def test_model_matches_eager(name):
     torch._dynamo.reset()
 
 
-def test_beit_under_dynamic_shapes_matches_eager():
-    """Image sizes symbolic (dynamic=True): BEiT builds its relative position table from the
-    patch grid's size, in partitions that read sizes alone, write into tables of symbolic size
-    and hand sizes to PyTorch. Whatever Kiln can't take there runs in PyTorch; the results stay
-    eager's."""
-    make, x = MODELS["beit"]
+# dynamic=True over image sizes, where the window arithmetic is symbolic: BEiT, Swin and
+# MobileNetV2 failed to compile here (partitions reading sizes alone, sizes escaping partitions,
+# a pad folded into a strided convolution). Sequence lengths are covered by test_dynamic.py and
+# the LLaMA decoding test below; a sweep of every model here at 3 shapes (docs/benchmarks.md,
+# 19:50) takes minutes, Swin alone 85 s (30 partitions).
+@pytest.mark.parametrize("name", ["beit", "mobilenetv2"])
+def test_model_under_dynamic_image_sizes_matches_eager(name):
+    """One compile serves another batch and image size; what Kiln can't take of the symbolic
+    sizes stays in PyTorch, and every shape keeps eager's accuracy."""
     torch.manual_seed(0)
+    make, x = MODELS[name]
     model = make().eval()
+    extra = {"interpolate_pos_encoding": True} if name == "beit" else {}
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="kiln", dynamic=True)
+    reference = copy.deepcopy(model).double()
     with torch.no_grad():
-        for image in (x, torch.nn.functional.interpolate(x, size=(48, 48))):
-            torch.testing.assert_close(compiled(image, interpolate_pos_encoding=True)
-                                       .last_hidden_state,
-                                       model(image, interpolate_pos_encoding=True)
-                                       .last_hidden_state)
+        for xi in [x, torch.nn.functional.interpolate(x[:1], size=(48, 48))]:
+            got = compiled(xi, **extra).last_hidden_state
+            eager = model(xi, **extra).last_hidden_state
+            truth = reference(xi if xi.dtype == torch.long else xi.double(),
+                              **extra).last_hidden_state
+            kiln_error = (got.double() - truth).abs().max().item()
+            eager_error = (eager.double() - truth).abs().max().item()
+            assert kiln_error <= 4 * eager_error + 1e-5, (list(xi.shape), kiln_error, eager_error)
     torch._dynamo.reset()
 
 
