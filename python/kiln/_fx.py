@@ -94,17 +94,6 @@ class _Writer:
         return {"enum": str(a)}
 
 
-def _unused_outputs(node: fx.Node, count: int) -> list[int]:
-    """The outputs of a node returning several that no getitem reads (all are read where
-    anything else uses the tuple)."""
-    read = set()
-    for user in node.users:
-        if user.op != "call_function" or user.target is not operator.getitem:
-            return []
-        read.add(user.args[1])
-    return [i for i in range(count) if i not in read]
-
-
 def _schema_args(node: fx.Node, writer: _Writer) -> dict:
     """Arguments by schema name, defaults filled in, for an OpOverload call."""
     args = {}
@@ -189,10 +178,6 @@ def serialize(gm: fx.GraphModule, constants: set[str], name: str = "fx_graph",
                 args["input_is_dense"] = dense_storage(node.args[0].meta.get("val"))
             entry = {"name": node.name, "target": target_name(node), "args": args,
                      "outputs": metas, "source": module_path(node)}
-            if isinstance(val, (list, tuple)):
-                unused = _unused_outputs(node, len(val))
-                if unused:
-                    entry["unused_outputs"] = unused
             nodes.append(entry)
         elif node.op == "output":
             result = node.args[0]

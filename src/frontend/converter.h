@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,13 @@ namespace kiln {
 
 using Json = nlohmann::json;
 
+// Every (FX node name, output index) that a node's argument or the graph's outputs refer to.
+using ReadOutputs = std::set<std::pair<std::string, size_t>>;
+
 // One FX node being converted: typed access to its arguments, and the graph to emit into.
 class ConvertContext {
  public:
-  ConvertContext(Graph& graph, const Json& node,
+  ConvertContext(Graph& graph, const Json& node, const ReadOutputs& read,
                  const std::function<Value*(const Json& ref)>& resolve);
 
   Graph& graph() { return graph_; }
@@ -58,8 +62,8 @@ class ConvertContext {
   // The PyTorch-computed type of output i (dtype and shape, symbols by name).
   const Json& output_meta(size_t i = 0) const;
   DType output_dtype(size_t i = 0) const;
-  // Whether anything reads output i of a node returning several (the serializer lists those
-  // nothing reads): a converter may skip computing an unread one, or pick a cheaper op.
+  // Whether anything in the FX graph reads output i: a converter may skip computing an unread
+  // one, or pick a cheaper op.
   bool output_used(size_t i) const;
 
   // A new node named after the FX node. An ATen op computes f16 and bf16 in f32 and rounds its
@@ -90,6 +94,7 @@ class ConvertContext {
   const Json& node_;
   std::string name_;
   std::string target_;
+  const ReadOutputs& read_;
   const std::function<Value*(const Json&)>& resolve_;
   std::map<const Value*, DType> unrounded_;  // f32 results and the dtype they round to
 };

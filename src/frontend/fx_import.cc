@@ -46,12 +46,13 @@ std::vector<std::string> ConverterRegistry::targets() const {
 
 // ---------------------------------------------------------------- ConvertContext
 
-ConvertContext::ConvertContext(Graph& graph, const Json& node,
+ConvertContext::ConvertContext(Graph& graph, const Json& node, const ReadOutputs& read,
                                const std::function<Value*(const Json&)>& resolve)
     : graph_(graph),
       node_(node),
       name_(node.at("name").get<std::string>()),
       target_(node.at("target").get<std::string>()),
+      read_(read),
       resolve_(resolve) {}
 
 const Json& ConvertContext::arg(const std::string& name) const {
@@ -226,12 +227,7 @@ std::string ConvertContext::enum_name(const std::string& name) const {
 
 const Json& ConvertContext::output_meta(size_t i) const { return node_.at("outputs").at(i); }
 
-bool ConvertContext::output_used(size_t i) const {
-  const auto unused = node_.find("unused_outputs");
-  if (unused == node_.end()) return true;
-  const Json& list = *unused;
-  return std::none_of(list.begin(), list.end(), [&](const Json& j) { return j == i; });
-}
+bool ConvertContext::output_used(size_t i) const { return read_.count({name_, i}) > 0; }
 
 DType ConvertContext::output_dtype(size_t i) const {
   std::string name = output_meta(i).at("dtype").get<std::string>();
@@ -406,6 +402,7 @@ bool same_dims(const Graph& g, const TensorType& kiln, const TensorType& torch) 
 
 // Converts one node; checks what it produced against PyTorch's metadata.
 std::vector<Value*> convert_node(Graph& g, ShapeReader& shapes, const Json& node,
+                                 const ReadOutputs& read,
                                  const std::function<Value*(const Json&)>& resolve) {
   std::string target = node.at("target").get<std::string>();
   const Converter* converter = ConverterRegistry::instance().find(target);
@@ -413,7 +410,7 @@ std::vector<Value*> convert_node(Graph& g, ShapeReader& shapes, const Json& node
   if (!converter)
     throw_error(ErrorCode::UnsupportedOperator, "Kiln has no converter for ", target,
                 " (node '", name, "')");
-  ConvertContext ctx(g, node, resolve);
+  ConvertContext ctx(g, node, read, resolve);
   std::vector<Value*> outs = ctx.round_results((*converter)(ctx));
   const Json& metas = node.at("outputs");
   KILN_ASSERT(outs.size() == metas.size(), "converter of " << target << " returned " << outs.size()
@@ -432,9 +429,10 @@ std::vector<Value*> convert_node(Graph& g, ShapeReader& shapes, const Json& node
 
 // convert_node, its errors naming the FX node (Error::fx_node).
 std::vector<Value*> convert_tagged(Graph& g, ShapeReader& shapes, const Json& node,
+                                   const ReadOutputs& read,
                                    const std::function<Value*(const Json&)>& resolve) {
   try {
-    return convert_node(g, shapes, node, resolve);
+    return convert_node(g, shapes, node, read, resolve);
   } catch (const Error& e) {
     if (!e.fx_node().empty()) throw;
     throw Error(e.code(), e.detail(), node.at("name").get<std::string>());
@@ -447,6 +445,20 @@ Json parse_json(const std::string& text) {
   } catch (const Json::exception& e) {
     throw_error(ErrorCode::BadModelFile, "the serialized FX graph is not valid JSON: ", e.what());
   }
+}
+
+ReadOutputs read_outputs(const Json& fx) {
+  ReadOutputs read;
+  std::function<void(const Json&)> collect = [&](const Json& a) {
+    if (a.is_object() && a.contains("ref")) {
+      read.emplace(a.at("ref").get<std::string>(), a.value("index", size_t{0}));
+    } else if (a.is_array() || a.is_object()) {
+      for (const Json& item : a) collect(item);
+    }
+  };
+  for (const Json& node : fx.at("nodes")) collect(node.at("args"));
+  collect(fx.at("outputs"));
+  return read;
 }
 
 // Resolves {"ref": name, "index": i} against a map of produced values.
@@ -486,10 +498,11 @@ std::unique_ptr<Graph> import_fx_graph(const std::string& json_text,
     std::function<Value*(const Json&)> resolve = [&](const Json& ref) {
       return lookup(values, ref);
     };
+    const ReadOutputs read = read_outputs(fx);
     for (const Json& node : fx.at("nodes")) {
       size_t first_new = g->num_nodes();
       const std::string fx_name = node.at("name").get<std::string>();
-      std::vector<Value*>& outs = values[fx_name] = convert_tagged(*g, shapes, node, resolve);
+      std::vector<Value*>& outs = values[fx_name] = convert_tagged(*g, shapes, node, read, resolve);
       // Every node a converter adds carries the FX node's origin into dumps; the ones computing
       // its outputs also its name (the precision check compares them with PyTorch's): "name"
       // when the node's output k is the FX node's output k, "name#d" when it is output k + d.
@@ -528,18 +541,9 @@ std::map<std::string, std::string> fx_node_support(const std::string& json_text)
     }
     for (auto& [name, list] : placeholder_metas.items()) metas[name] = &list;
     for (const Json& node : fx.at("nodes")) metas[node.at("name").get<std::string>()] = &node.at("outputs");
-    // Every (node, output) something reads: a node whose converter leaves a read output
-    // uncomputed (max_pool2d's indices, native_layer_norm's mean) must stay in PyTorch.
-    std::set<std::pair<std::string, size_t>> read;
-    std::function<void(const Json&)> collect = [&](const Json& a) {
-      if (a.is_object() && a.contains("ref")) {
-        read.emplace(a.at("ref").get<std::string>(), a.value("index", size_t{0}));
-      } else if (a.is_array() || a.is_object()) {
-        for (const Json& item : a) collect(item);
-      }
-    };
-    for (const Json& node : fx.at("nodes")) collect(node.at("args"));
-    collect(fx.at("outputs"));
+    // A node whose converter leaves a read output uncomputed (native_layer_norm's mean, say)
+    // must stay in PyTorch.
+    const ReadOutputs read = read_outputs(fx);
 
     for (const Json& node : fx.at("nodes")) {
       // Convert the node alone, its tensor operands standing in as inputs of a scratch graph.
@@ -566,7 +570,7 @@ std::map<std::string, std::string> fx_node_support(const std::string& json_text)
       const std::string name = node.at("name").get<std::string>();
       std::string verdict;
       try {
-        std::vector<Value*> outs = convert_node(scratch, shapes, node, resolve);
+        std::vector<Value*> outs = convert_node(scratch, shapes, node, read, resolve);
         for (size_t i = 0; i < outs.size() && verdict.empty(); ++i)
           if (!outs[i] && read.count({name, i}))
             verdict = "output " + std::to_string(i) + " of node '" + name +
