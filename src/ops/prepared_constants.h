@@ -23,11 +23,21 @@ class PreparedConstants {
   std::shared_ptr<const Tensor> get(const void* source, const std::string& how,
                                     const std::function<Tensor()>& prepare) {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::weak_ptr<const Tensor>& entry = prepared_[{source, how}];
-    if (auto held = entry.lock()) return held;
+    const auto key = std::make_pair(source, how);
+    if (auto found = prepared_.find(key); found != prepared_.end())
+      if (auto held = found->second.lock()) return held;
+    // A miss: drop the entries no kernel holds any more (plans of shapes a dynamic graph
+    // evicted), so the map stays as large as what is held.
+    std::erase_if(prepared_, [](const auto& entry) { return entry.second.expired(); });
     auto made = std::make_shared<const Tensor>(prepare());
-    entry = made;
+    prepared_[key] = made;
     return made;
+  }
+
+  // Entries in the map: those held and those expired since the last miss.
+  size_t entries() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return prepared_.size();
   }
 
   // Bytes of the prepared copies that kernels hold now.
