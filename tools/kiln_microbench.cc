@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/fma_loops.h"
 #include "kernels/cpu/layout.h"
 #include "kiln/kiln.h"
 #include "ops/op_registry.h"
@@ -154,35 +155,6 @@ void progress(const std::string& line) { std::cerr << "kiln_microbench: " << lin
 
 // ------------------------------------------------------------------------------ FMA peak
 
-// acc = acc * a + b in `kChains` independent chains: enough in flight to cover the FMA latency
-// (4-5 cycles) times the FMA units (2) of current x86 cores, all in registers, converging to 1 so
-// no value ever becomes a denormal or an infinity.
-template <int kChains>
-__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iterations) {
-  __m256 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(0.5f + 0.01f * c);
-  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
-  for (int64_t i = 0; i < iterations; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
-  __m256 sum = acc[0];
-  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
-  return _mm256_cvtss_f32(sum);
-}
-
-template <int kChains>
-__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iterations) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.5f + 0.01f * c);
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
-  for (int64_t i = 0; i < iterations; ++i)
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-  __m512 sum = acc[0];
-  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
-  alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it)
-  _mm512_store_ps(lanes, sum);
-  return lanes[0] + lanes[15];
-}
-
 struct FmaVariant {
   std::string isa;
   int chains, lanes;
@@ -229,9 +201,9 @@ struct Peak {
 Json bench_peak(const Options& o, Peak& peak) {
   std::vector<FmaVariant> variants;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    variants.push_back({"avx2", 12, 8, fma_loop_avx2<12>});
+    variants.push_back({"avx2", 12, 8, cpu::fma_loop_avx2<12>});
   if (__builtin_cpu_supports("avx512f"))
-    variants.push_back({"avx512", 16, 16, fma_loop_avx512<16>});
+    variants.push_back({"avx512", 16, 16, cpu::fma_loop_avx512<16>});
   Json out = {{"variants", Json::array()}};
   if (variants.empty()) {
     out["note"] = "the CPU has neither AVX2+FMA nor AVX-512: no peak, no shares of it";

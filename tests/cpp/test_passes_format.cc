@@ -400,6 +400,24 @@ TEST(ChooseLayouts, PoolingOutsideChainsStaysPlain) {
 })");
 }
 
+// Without Winograd shapes, f32 chains take format `any`'s pick (oneDNN's preferred layout) where
+// the CPU's 512-bit FMAs are full width, and try the blocked layouts first where a 512-bit
+// instruction takes two 256-bit units (docs/passes.md, choose_layouts).
+TEST(ChooseLayouts, BlockedLayoutsFirstOnlyWhereAvx512IsHalfWidth) {
+  const Layout preferred = cpu::onednn_preferred_conv_layout(DType::F32);
+  const std::vector<Layout> candidates = cpu::conv_layout_candidates(DType::F32);
+  if (preferred == Layout::NHWC && !cpu::avx512_fma_full_width()) {
+    EXPECT_EQ(candidates, (std::vector<Layout>{Layout::NChw16c, Layout::NChw8c, Layout::NHWC}));
+  } else {
+    EXPECT_EQ(candidates, std::vector<Layout>{preferred});
+  }
+  // Measured once: every later call gives the first call's answer.
+  EXPECT_EQ(cpu::avx512_fma_full_width(), cpu::avx512_fma_full_width());
+  if (!cpu::has_avx512f()) {
+    EXPECT_FALSE(cpu::avx512_fma_full_width());
+  }
+}
+
 // A chain holding a 3x3 stride-1 convolution runs in nChw16c where oneDNN has Winograd kernels,
 // which read and write only that layout, and its convolution takes them; a chain without one
 // keeps the CPU's other candidates.
@@ -436,8 +454,11 @@ TEST(ChooseLayouts, ChainsWithWinogradShapesTryNChw16cFirst) {
             winograd);
   // Through the pipeline: the 3x3 stride-1 convolution runs in nChw16c on the Winograd kernel.
   auto compiled = CompiledGraph::compile(g, CompileOptions{.verify = true});
-  for (const Node* n : compiled->graph().nodes())
-    if (n->name() == "dense3x3") EXPECT_EQ(n->attr_string("layout"), "nChw16c");
+  for (const Node* n : compiled->graph().nodes()) {
+    if (n->name() == "dense3x3") {
+      EXPECT_EQ(n->attr_string("layout"), "nChw16c");
+    }
+  }
   const std::string plan = compiled->describe_plan({{1, 32, 14, 14}});
   EXPECT_NE(plan.find("onednn_winograd"), std::string::npos) << plan;
 }

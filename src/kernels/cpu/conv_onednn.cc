@@ -283,9 +283,8 @@ bool winograd_shaped(const Node* conv) {
 }  // namespace
 
 std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const Node*>& convs) {
-  // Measured on two CPUs of docs/benchmarks.md (2026-12-01, 2 threads), which oneDNN's ISA
-  // tells apart: a Xeon with AMX and a Zen 4 with AVX-512 but no AMX.
-  const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  // Measured on three CPUs of docs/benchmarks.md (2 threads): a Xeon with AMX, a Zen 4 with
+  // AVX-512 on 256-bit FMA units (2026-12-01), a Zen 5 with 512-bit ones (2026-12-03).
   if (dtype == DType::BF16) {
     // Without AVX512-BF16 a bf16 convolution runs the f32 one on widened operands (and oneDNN
     // might have no bf16 convolution to ask about).
@@ -310,15 +309,18 @@ std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const 
     return candidates;
   }
   const Layout preferred = onednn_preferred_conv_layout(DType::F32);
-  // Where format `any` picks nhwc (AVX-512: the brgconv kernels) on the Zen 4, oneDNN's jit
-  // kernels of the blocked layouts ran whole chains faster: ResNet-50 in nChw16c 40.4 against
-  // 43.2 ms at batch 1, 313 against 342 ms at batch 8 (nChw8c, whose kernels are AVX2's, was
-  // slower than either); MobileNetV2, whose 24-channel layers rule out nChw16c, in nChw8c 29.5
-  // against 34.7-44.6 ms at batch 8 and 4.1-4.3 against 4.4-4.6 ms at batch 1. Channel counts
-  // that blocks of 8 don't divide keep nhwc. On the Xeon nhwc itself was as fast on ResNet-50
-  // (30.8 against 31.1 ms at batch 1) and faster on MobileNetV2 (3.24 against 4.45 ms at batch
-  // 1, 24.5 against 28.6 at batch 8), so there format `any`'s pick stands.
-  if (preferred == Layout::NHWC && !amx) return {Layout::NChw16c, Layout::NChw8c, Layout::NHWC};
+  // Where format `any` picks nhwc (AVX-512: the brgconv kernels) on the Zen 4, whose 512-bit
+  // FMAs run on paired 256-bit units, oneDNN's jit kernels of the blocked layouts ran whole chains
+  // faster: ResNet-50 in nChw16c 40.4 against 43.2 ms at batch 1, 313 against 342 ms at batch 8
+  // (nChw8c, whose kernels are AVX2's, was slower than either); MobileNetV2, whose 24-channel
+  // layers rule out nChw16c, in nChw8c 29.5 against 34.7-44.6 ms at batch 8 and 4.1-4.3 against
+  // 4.4-4.6 ms at batch 1. Channel counts that blocks of 8 don't divide keep nhwc. With 512-bit
+  // FMA units format `any`'s pick stands: on a Xeon nhwc was as fast on ResNet-50 (30.8 against
+  // 31.1 ms at batch 1) and faster on MobileNetV2 (3.24 against 4.45 ms at batch 1, 24.5 against
+  // 28.6 at batch 8); on a Zen 5 MobileNetV2 in nhwc (brgconv_1x1, brdgmm_dw) took 2.2-2.5
+  // against 3.7-4.0 ms in nChw8c at batch 1, 17.4-18.6 against 27.2-33.6 at batch 8.
+  if (preferred == Layout::NHWC && !avx512_fma_full_width())
+    return {Layout::NChw16c, Layout::NChw8c, Layout::NHWC};
   return {preferred};
 }
 

@@ -1,9 +1,12 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <limits>
 
 #include "dnnl.hpp"
+#include "kernels/cpu/fma_loops.h"
 
 namespace kiln::cpu {
 
@@ -21,6 +24,34 @@ bool has_avx512f() {
   // libgcc's check includes the OS's support for the registers (XCR0).
   static const bool supported = has_avx2_fma() && __builtin_cpu_supports("avx512f");
   return supported;
+#else
+  return false;
+#endif
+}
+
+bool avx512_fma_full_width() {
+#ifdef KILN_X86
+  static const bool full = [] {
+    if (!has_avx512f()) return false;
+    // The same number of FMA instructions in each width, the best of several alternating runs
+    // (a preemption only slows a run down). Paired 256-bit units take twice as long on 512-bit
+    // ones; the threshold sits halfway.
+    constexpr int64_t kIterations = 20000;
+    volatile float sink = 0;
+    auto seconds = [&](float (*loop)(int64_t)) {
+      const auto start = std::chrono::steady_clock::now();
+      sink = sink + loop(kIterations);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    seconds(fma_loop_avx512<12>);  // the first 512-bit instructions may wait for a power level
+    double narrow = std::numeric_limits<double>::max(), wide = narrow;
+    for (int run = 0; run < 7; ++run) {
+      narrow = std::min(narrow, seconds(fma_loop_avx2<12>));
+      wide = std::min(wide, seconds(fma_loop_avx512<12>));
+    }
+    return wide < 1.5 * narrow;
+  }();
+  return full;
 #else
   return false;
 #endif

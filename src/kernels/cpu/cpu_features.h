@@ -29,6 +29,12 @@ bool has_avx2_fma();
 // 512-bit registers: twice the f32 lanes per instruction.
 bool has_avx512f();
 
+// Whether this CPU's AVX-512 FMAs run at the rate of its AVX2 ones, so twice the f32 FLOPs: its
+// FMA units are 512 bits wide (Zen 5, most Xeons), not 256-bit units paired up for one 512-bit
+// instruction (Zen 4). Measured once, on the calling thread (about a millisecond); false
+// without AVX-512.
+bool avx512_fma_full_width();
+
 // AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 onward): bf16 dot products at twice the f32
 // FMA rate.
 bool has_avx512_bf16();
