@@ -86,3 +86,36 @@ def test_a_size_computation_alone_is_no_partition():
     fn = lambda x: (x * 2, torch.arange(x.shape[0] * 2, 40))  # noqa: E731
     report = compiled_dynamic_matches_eager(fn, torch.randn(6))
     assert len(report.partitions) == 1, str(report)
+
+
+@pytest.mark.parametrize("pad", [(1, 2), (1, 2, 0, 1), (-1, 1, -2, 1), (2, 0, 1, 1, 1, 1)],
+                         ids=["1d", "2d", "cropping", "3d"])
+def test_circular_padding(pad):
+    """F.pad(mode="circular") reaches Kiln as new_empty written by slice_scatters: new_empty
+    becomes zeros (its contents are unspecified, and every element is overwritten)."""
+    x = torch.randn(2, 3, 4, 5, 6, generator=torch.Generator().manual_seed(3))[
+        (0,) * (3 - len(pad) // 2)]
+    fn = lambda x: torch.nn.functional.pad(x, pad, mode="circular")  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert torch.equal(got, fn(x))
+
+
+@pytest.mark.parametrize("mode", ["replicate", "reflect"])
+@pytest.mark.parametrize("pad", [(-1, 1, -2, 1), (2, -1, 0, -3), (-2, -1, -1, -1)])
+def test_negative_padding_crops(mode, pad):
+    """Negative reflect and replicate amounts crop (a slice), then the positive ones pad."""
+    x = torch.randn(2, 3, 6, 7, generator=torch.Generator().manual_seed(4))
+    fn = lambda x: torch.nn.functional.pad(x, pad, mode=mode)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert torch.equal(got, fn(x))
+
+
+def test_padding_that_crops_a_dim_away_stays_in_pytorch():
+    """Replicate padding of a dim cropped to nothing (PyTorch clamps into the input instead) is
+    refused with its reason, and the result is still PyTorch's."""
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(5))
+    fn = lambda x: torch.nn.functional.pad(x, (-4, 5, 0, 0), mode="replicate")  # noqa: E731
+    report = kiln.explain(fn, x)
+    count, reason = report.fallback["aten.replication_pad2d.default"]
+    assert count == 1 and "non-empty" in reason, str(report)
+    assert torch.equal(torch.compile(fn, backend="kiln")(x), fn(x))

@@ -39,6 +39,29 @@ AttrMap full_attrs(ConvertContext& ctx, double fill_value) {
   return attrs;
 }
 
+// PyTorch's reflect and replicate padding take negative amounts, which crop: x with every
+// negative amount of `pad` (pairs from the last dim backwards) cut off by a slice, and those
+// amounts set to 0. Replicate padding is then the same; reflect padding too where its amounts
+// stay below the cropped size (the pad op refuses the others, which stay in PyTorch), since its
+// reflections then read only elements the crop kept.
+Value* crop_negative_padding(ConvertContext& ctx, Value* x, std::vector<int64_t>& pad) {
+  const int64_t rank = static_cast<int64_t>(x->type().rank());
+  for (size_t i = 0; i + 1 < pad.size(); i += 2) {
+    int64_t& before = pad[i];
+    int64_t& after = pad[i + 1];
+    if (before >= 0 && after >= 0) continue;
+    const int64_t dim = rank - 1 - static_cast<int64_t>(i / 2);
+    if (dim < 0) break;  // more amounts than dims: the pad op reports it
+    AttrMap attrs{{"dim", dim}, {"start", std::max<int64_t>(-before, 0)}, {"step", int64_t{1}}};
+    // The end as a negative offset from the size, which may be symbolic.
+    attrs["end"] = after < 0 ? after : INT64_MAX;
+    x = ctx.add("slice", {x}, std::move(attrs));
+    before = std::max<int64_t>(before, 0);
+    after = std::max<int64_t>(after, 0);
+  }
+  return x;
+}
+
 }  // namespace
 
 void register_aten_layout_converters(ConverterRegistry& r) {
@@ -69,8 +92,9 @@ void register_aten_layout_converters(ConverterRegistry& r) {
       std::string kiln_mode = std::string(mode) == "reflection" ? "reflect" : "replicate";
       r.add("aten." + std::string(mode) + "_pad" + std::to_string(d) + "d.default",
             [kiln_mode](ConvertContext& ctx) -> std::vector<Value*> {
-              return {ctx.add("pad", {ctx.tensor("self")},
-                              {{"pad", ctx.integers("padding")}, {"mode", kiln_mode}})};
+              std::vector<int64_t> pad = ctx.integers("padding");
+              Value* x = crop_negative_padding(ctx, ctx.tensor("self"), pad);
+              return {ctx.add("pad", {x}, {{"pad", pad}, {"mode", kiln_mode}})};
             });
     }
   for (const char* t : {"tril", "triu"})
@@ -119,9 +143,13 @@ void register_aten_layout_converters(ConverterRegistry& r) {
     return arange(ctx, {{"start", ctx.number("start")}});
   });
   // x.new_ones(size), torch.ones(size) and friends: a filled tensor of the node's dtype; x only
-  // lends defaults.
+  // lends defaults. empty and new_empty too (PyTorch leaves their contents unspecified: zeros are
+  // as valid as any, and the same every run); functionalized graphs overwrite them (circular
+  // padding).
   for (auto [target, fill] : {std::pair<const char*, double>{"aten.new_ones.default", 1.0},
                               {"aten.new_zeros.default", 0.0},
+                              {"aten.new_empty.default", 0.0},
+                              {"aten.empty.memory_format", 0.0},
                               {"aten.ones.default", 1.0},
                               {"aten.zeros.default", 0.0}})
     r.add(target, [fill](ConvertContext& ctx) -> std::vector<Value*> {
