@@ -1,0 +1,54 @@
+"""Norm converters (src/frontend/aten/aten_norm.cc) against PyTorch eager: the mean and rstd
+outputs of native_layer_norm and native_group_norm, computed only where the graph reads them,
+and a bias without a weight. fallback_to_cpu=False makes every node convert."""
+
+import pytest
+import torch
+
+OPTIONS = {"operator_selection.fallback_to_cpu": False}
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+
+def _compiled_matches_eager(fn, *args):
+    expected = fn(*args)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(*args)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_statistics(dtype):
+    gen = torch.Generator().manual_seed(6)
+    x = (torch.randn(3, 4, 5, 6, generator=gen) * 3 + 1).to(dtype)
+    w, b = torch.randn(5, 6, generator=gen).to(dtype), torch.randn(5, 6, generator=gen).to(dtype)
+    _compiled_matches_eager(lambda x, w, b: torch.ops.aten.native_layer_norm(x, [5, 6], w, b, 1e-5),
+                            x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_group_norm_statistics(dtype):
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(2, 6, 4, 3, generator=gen) * 2 - 1).to(dtype)
+    w, b = torch.randn(6, generator=gen).to(dtype), torch.randn(6, generator=gen).to(dtype)
+    _compiled_matches_eager(
+        lambda x, w, b: torch.ops.aten.native_group_norm(x, w, b, 2, 6, 12, 3, 1e-5), x, w, b)
+
+
+def test_only_the_read_statistic_is_computed():
+    """rstd alone read: the graph still matches, and nothing needs mean."""
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(8))
+    fn = lambda x: torch.ops.aten.native_layer_norm(x, [8], None, None, 1e-5)[2] * 2  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x))
+
+
+@pytest.mark.parametrize("norm", ["layer", "group"])
+def test_a_bias_without_a_weight(norm):
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 4, 3, generator=gen)
+    b = torch.randn(4 if norm == "group" else 3, generator=gen)
+    fn = ((lambda x, b: (torch.nn.functional.layer_norm(x, [3], None, b),)) if norm == "layer"
+          else (lambda x, b: (torch.nn.functional.group_norm(x, 2, None, b),)))
+    _compiled_matches_eager(fn, x, b)
