@@ -45,6 +45,7 @@ ALIASES = {
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
+    "nn.functional.instance_norm": "_native_batch_norm_legit",
     "nn.functional.max_pool2d": "max_pool2d_with_indices",
     "nn.functional.adaptive_avg_pool2d": "_adaptive_avg_pool2d",
     "nn.functional.scaled_dot_product_attention": "_scaled_dot_product_flash_attention_for_cpu",

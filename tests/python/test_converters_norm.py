@@ -52,3 +52,36 @@ def test_a_bias_without_a_weight(norm):
     fn = ((lambda x, b: (torch.nn.functional.layer_norm(x, [3], None, b),)) if norm == "layer"
           else (lambda x, b: (torch.nn.functional.group_norm(x, 2, None, b),)))
     _compiled_matches_eager(fn, x, b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.InstanceNorm2d(6, affine=True),
+    lambda: torch.nn.InstanceNorm2d(6),
+    lambda: torch.nn.BatchNorm2d(6, track_running_stats=False),
+], ids=["instance_affine", "instance", "batch_no_running_stats"])
+def test_norms_on_the_batch_statistics_run_in_kiln(make):
+    """InstanceNorm (batch norm of x as [1, N·C, H, W]: group norm a channel a group) and
+    BatchNorm without running statistics (mean, var and the arithmetic over N, H, W), in eval
+    mode, between convolutions: one Kiln graph, eager's results."""
+    torch.manual_seed(10)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), make(), torch.nn.ReLU(),
+                                torch.nn.Conv2d(6, 4, 1)).eval()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        got = torch.compile(model, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+        torch.testing.assert_close(got, model(x))
+
+
+def test_batch_norm_in_training_mode_updates_the_running_statistics():
+    """A BatchNorm called in train(): the batch's statistics normalize, and the running mean and
+    variance move by momentum towards them (the variance unbiased), as in eager."""
+    torch.manual_seed(11)
+    x = torch.randn(4, 5, 6, 7) * 2 + 1
+    eager, compiled = torch.nn.BatchNorm2d(5).train(), torch.nn.BatchNorm2d(5).train()
+    with torch.no_grad():
+        expected = eager(x)
+        got = torch.compile(compiled, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(compiled.running_mean, eager.running_mean)
+    torch.testing.assert_close(compiled.running_var, eager.running_var)
+    assert compiled.num_batches_tracked.item() == eager.num_batches_tracked.item() == 1
