@@ -37,6 +37,9 @@ PassPipeline default_pipeline() {
   p.add(make_fuse_conv_epilogue());
   // Last: ops the fusions above can absorb into their producers go there first.
   p.add(make_fuse_elementwise_chains());
+  // The folds above leave the constants they replaced (conv and batch norm weights) unread: an
+  // exported model would carry both copies.
+  p.add(make_dead_code_elimination());
 
   p.add_stage("format", 3);
   p.add(make_choose_layouts());

@@ -102,6 +102,38 @@ TEST(PassPipeline, InvalidLevelIsE10001) {
             ErrorCode::InvalidArgument);
 }
 
+// The fuse stage's folds replace constants (a convolution's weights and bias, the batch norm's
+// parameters, a scalar turned immediate): none of the replaced ones stays in the compiled graph,
+// whose constants an exported model file carries.
+TEST(PassPipeline, NoConstantOutlivesItsReaders) {
+  auto g = parse_graph(R"(
+graph @g {
+  input %x : f32[1, 2, 3, 3]
+  const %w : f32[2, 2, 1, 1] = [1.0, 2.0, 3.0, 4.0]
+  const %b : f32[2] = [1.0, 1.0]
+  const %gamma : f32[2] = [2.0, 1.0]
+  const %beta : f32[2] = [0.0, 1.0]
+  const %mean : f32[2] = [1.0, 2.0]
+  const %var : f32[2] = [1.0, 4.0]
+  const %half : f32[] = [0.5]
+  %y = conv2d(%x, %w, %b)
+  %z = batch_norm(%y, %gamma, %beta, %mean, %var) {eps = 0.0}
+  %e = exp(%z)
+  %h = mul(%e, %half)
+  %t = tanh(%h)
+  output %t
+})");
+  for (int level : {2, 3}) {
+    SCOPED_TRACE(level);
+    auto cg = CompiledGraph::compile(*g, {.optimization_level = level, .verify = true});
+    const Graph& out = cg->graph();
+    EXPECT_EQ(out.constants().size(), 2u) << print_graph(out);  // the folded weights and bias
+    for (const Value* c : out.constants())
+      EXPECT_FALSE(c->users().empty()) << "%" << c->name() << " is read by nothing";
+    test::expect_same_results(*g, out);
+  }
+}
+
 // Replaces the graph output's producer with a fresh equal node on every run: it always reports
 // a change, so its group never converges.
 class NeverConverges final : public Pass {
