@@ -39,6 +39,10 @@ class Tensor {
   // kAlignment and hold nbytes() bytes; it is read, never written.
   static Tensor borrowed(DType dtype, std::vector<int64_t> sizes, const void* data,
                          std::shared_ptr<const void> owner);
+  // borrowed() from a read-only private mapping of a file (Model::load), whose pages
+  // release_pages() may give back: read again, they fault back in from the file.
+  static Tensor mapped_from_file(DType dtype, std::vector<int64_t> sizes, const void* data,
+                                 std::shared_ptr<const void> mapping);
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& sizes() const { return sizes_; }
@@ -49,6 +53,10 @@ class Tensor {
   void* data() const { return storage_.get(); }
   template <typename T> T* data() const { return static_cast<T*>(static_cast<void*>(storage_.get())); }
   TensorView view() const { return TensorView{storage_.get(), dtype_, sizes_, {}}; }
+  // For a tensor mapped_from_file: drops the resident pages that lie wholly inside it from this
+  // process (madvise MADV_DONTNEED), once a prepared copy serves the kernels that read it.
+  // Nothing for any other tensor, whose memory holds the only copy.
+  void release_pages() const;
   // Byte-wise equality of dtype, sizes and contents.
   bool same_contents(const Tensor& other) const;
   // Value equality (attributes holding tensors compare by contents).
@@ -58,6 +66,7 @@ class Tensor {
   DType dtype_ = DType::F32;
   std::vector<int64_t> sizes_;
   std::shared_ptr<std::byte> storage_;
+  bool mapped_from_file_ = false;
 };
 
 }  // namespace kiln

@@ -1,5 +1,8 @@
 #include "kiln/tensor.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -66,6 +69,23 @@ Tensor Tensor::borrowed(DType dtype, std::vector<int64_t> sizes, const void* dat
   t.storage_ = std::shared_ptr<std::byte>(std::const_pointer_cast<void>(std::move(owner)),
                                           static_cast<std::byte*>(const_cast<void*>(data)));
   return t;
+}
+
+Tensor Tensor::mapped_from_file(DType dtype, std::vector<int64_t> sizes, const void* data,
+                                std::shared_ptr<const void> mapping) {
+  Tensor t = borrowed(dtype, std::move(sizes), data, std::move(mapping));
+  t.mapped_from_file_ = true;
+  return t;
+}
+
+void Tensor::release_pages() const {
+  if (!mapped_from_file_ || nbytes() == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // Only whole pages: a partial one is shared with the neighbouring constant.
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data()) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data()) + nbytes()) & ~(page - 1);
+  // Advice only: a failure leaves the pages resident, which is what not calling would do.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 bool Tensor::same_contents(const Tensor& other) const {

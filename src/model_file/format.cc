@@ -1,32 +1,27 @@
 #include "model_file/format.h"
 
-#include <array>
+#include <zlib.h>
+
+#include <algorithm>
 #include <sstream>
 
 namespace kiln::model_file {
 
-namespace {
-constexpr std::array<uint32_t, 256> make_crc_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = make_crc_table();
-}  // namespace
-
 uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc) {
-  crc = ~crc;
-  for (size_t i = 0; i < size; ++i) crc = kCrcTable[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return static_cast<uint32_t>(::crc32_z(crc, data, size));
 }
 
-uint32_t file_checksum(const uint8_t* file, size_t size) {
+uint32_t file_checksum(const uint8_t* file, size_t size,
+                       const std::function<void(size_t, size_t)>& read) {
+  constexpr size_t kChunk = size_t(16) << 20;
   uint32_t crc = crc32(file, kOffChecksum);
-  return crc32(file + kOffChecksum + 4, size - kOffChecksum - 4, crc);
+  for (size_t at = 0; at < size; at += kChunk) {
+    const size_t end = std::min(size, at + kChunk);
+    const size_t from = std::max(at, size_t(kOffChecksum + 4));
+    if (end > from) crc = crc32(file + from, end - from, crc);
+    if (read) read(at, end - at);
+  }
+  return crc;
 }
 
 void copy_nodes(const Graph& from, Graph& to, std::map<const Value*, Value*>& map) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,8 +49,11 @@ inline void write_u16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v), p[1] = uint8_
 
 // CRC-32 (IEEE 802.3, the zlib polynomial), continued from `crc` (0 to start).
 uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc = 0);
-// The file checksum: CRC-32 of every byte except the checksum field itself.
-uint32_t file_checksum(const uint8_t* file, size_t size);
+// The file checksum: CRC-32 of every byte except the checksum field itself, read in file order
+// in 16 MiB pieces; `read(offset, bytes)` after each, so that a reader of a mapped file can give
+// the pages back as it goes.
+uint32_t file_checksum(const uint8_t* file, size_t size,
+                       const std::function<void(size_t, size_t)>& read = {});
 
 // Copies the nodes and outputs of `from` into `to`, whose inputs and constants are already in
 // `map` (from's value → to's value). Names, attributes and types are kept as they are.

@@ -128,7 +128,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const LoadOpti
   // Constants point into the mapping; the last tensor using one unmaps it.
   std::shared_ptr<const void> owner(map, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   try {
-    return from_parts(model_file::read_model(static_cast<const uint8_t*>(map), size, owner), options);
+    return from_parts(model_file::read_model(static_cast<const uint8_t*>(map), size, owner,
+                                             /*file_mapping=*/true),
+                      options);
   } catch (const Error& e) {
     throw Error(e.code(), "'" + path + "': " + e.detail());
   }

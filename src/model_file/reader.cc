@@ -2,6 +2,8 @@
 // a coded error, never a crash or an out-of-bounds read, and nothing in it is executed.
 #include "model_file/reader.h"
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 namespace kiln::model_file {
@@ -137,7 +139,8 @@ json symbols_json(const SymbolTable& symbols) {
   return all;
 }
 
-Model::Parts read_model(const uint8_t* data, size_t size, std::shared_ptr<const void> owner) {
+Model::Parts read_model(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
+                        bool file_mapping) {
   if (size < kHeaderSize)
     bad("it is truncated (" + std::to_string(size) + " bytes; the header alone is " +
         std::to_string(kHeaderSize) + ")");
@@ -159,7 +162,14 @@ Model::Parts read_model(const uint8_t* data, size_t size, std::shared_ptr<const 
   if (file_size != size)
     bad("its header says " + std::to_string(file_size) + " bytes but it has " +
         std::to_string(size) + (file_size > size ? " (truncated)" : " (trailing bytes)"));
-  if (read_u32(data + kOffChecksum) != file_checksum(data, size))
+  // A mapped file's pages go back as the checksum passes them (mapped at a page boundary, read in
+  // pages' multiples): the whole file is never resident at once. Planning faults back in the
+  // constants it prepacks, the run those that kernels read in place.
+  auto give_back = [data](size_t offset, size_t bytes) {
+    ::madvise(const_cast<uint8_t*>(data) + offset, bytes, MADV_DONTNEED);
+  };
+  if (read_u32(data + kOffChecksum) !=
+      file_checksum(data, size, file_mapping ? give_back : std::function<void(size_t, size_t)>()))
     bad("its checksum doesn't match (the file is corrupted)");
 
   // The section table: every entry inside the file, each known type exactly once.
@@ -222,8 +232,10 @@ Model::Parts read_model(const uint8_t* data, size_t size, std::shared_ptr<const 
     if (offset % int64_t(kConstantAlignment) != 0) bad("constant '" + name + "' is misaligned");
     if (uint64_t(offset) > data_size || uint64_t(bytes) > data_size - uint64_t(offset))
       bad("constant '" + name + "' lies outside the constant data");
-    constants[name] = Tensor::borrowed(v->type().dtype, static_sizes(v->type().shape),
-                                       data + data_offset + offset, owner);
+    const uint8_t* bytes_at = data + data_offset + offset;
+    constants[name] =
+        file_mapping ? Tensor::mapped_from_file(v->type().dtype, static_sizes(v->type().shape), bytes_at, owner)
+                     : Tensor::borrowed(v->type().dtype, static_sizes(v->type().shape), bytes_at, owner);
     constant_order.push_back(name);
   }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -112,6 +113,65 @@ TEST(ModelFile, FileConstantsAreMappedInPlaceAndAligned) {
     EXPECT_NE(c->constant().data(), original->constant().data());
   }
   expect_same_output(*compiled, model->session(), random_tensor({2, 3, 8, 8}, 3));
+}
+
+// The checksum is the standard CRC-32 (files written before it came from zlib still load), and
+// reading it in 16 MiB pieces gives the one-pass value, each piece reported once, in order.
+TEST(ModelFile, ChecksumIsCrc32ReadInPieces) {
+  const std::string check = "123456789";
+  EXPECT_EQ(model_file::crc32(reinterpret_cast<const uint8_t*>(check.data()), check.size()),
+            0xCBF43926u);
+  std::vector<uint8_t> bytes((size_t(40) << 20) + 123);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 2654435761u >> 24);
+  const size_t skip = model_file::kOffChecksum;
+  uint32_t whole = model_file::crc32(bytes.data(), skip);
+  whole = model_file::crc32(bytes.data() + skip + 4, bytes.size() - skip - 4, whole);
+  std::vector<std::pair<size_t, size_t>> pieces;
+  EXPECT_EQ(file_checksum(bytes.data(), bytes.size(),
+                          [&](size_t offset, size_t n) { pieces.emplace_back(offset, n); }),
+            whole);
+  const size_t piece = size_t(16) << 20;
+  EXPECT_EQ(pieces, (std::vector<std::pair<size_t, size_t>>{
+                        {0, piece}, {piece, piece}, {2 * piece, bytes.size() - 2 * piece}}));
+}
+
+// Resident kB of this process's mapping of `path`, from /proc/self/smaps.
+int64_t resident_kb_of_mapping(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_mapping = false;
+  int64_t kb = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') != std::string::npos && line.find(':') != std::string::npos &&
+        line.find(" kB") == std::string::npos) {
+      in_mapping = line.find(path) != std::string::npos;
+    } else if (in_mapping && line.rfind("Rss:", 0) == 0) {
+      kb += std::stoll(line.substr(4));
+    }
+  }
+  return kb;
+}
+
+// A loaded model holds one copy of a prepacked weight: its pages in the file's mapping are given
+// back once the convolution has its reordered copy (the checksum had read them all), and what a
+// kernel reads in place (the bias) faults back in at the run, with the same results.
+TEST(ModelFile, PrepackedConstantsGiveTheirFilePagesBack) {
+  Graph g("wide_conv");
+  Value* x = g.add_input("x", TensorType{DType::F32, {Dim(1), Dim(256), Dim(6), Dim(6)}});
+  Value* w = g.add_constant("w", random_tensor({256, 256, 3, 3}, 1));  // 2304 KiB
+  Value* b = g.add_constant("b", random_tensor({1, 256, 1, 1}, 2));
+  Value* y = g.add("conv2d", {x, w}, {{"padding", std::vector<int64_t>{1, 1, 1, 1}}});
+  g.set_outputs({g.add("add", {y, b})});
+  auto compiled = CompiledGraph::compile(g);
+  auto path = std::filesystem::temp_directory_path() / "kiln_test_release_pages.kiln";
+  save_model(*compiled, path.string());
+  auto model = Model::load(path.string());
+  const int64_t weight_kb = int64_t(w->constant().nbytes() / 1024);
+  EXPECT_LT(resident_kb_of_mapping(path.string()), weight_kb / 8);
+  expect_same_output(*compiled, model->session(), random_tensor({1, 256, 6, 6}, 3));
+  EXPECT_LT(resident_kb_of_mapping(path.string()), weight_kb / 8);
+  std::filesystem::remove(path);
 }
 
 TEST(ModelFile, CallerBuffersAndOutputSizes) {

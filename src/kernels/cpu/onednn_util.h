@@ -100,12 +100,18 @@ inline std::string layout_key(const dnnl::memory::desc& d) {
 inline std::shared_ptr<const Tensor> prepacked_constant(const KernelSpec& spec, size_t index,
                                                         const dnnl::memory::desc& from,
                                                         const dnnl::memory::desc& to) {
-  const void* data = spec.constant_inputs.at(index)->data();
-  auto reorder = [&] { return reorder_into(from, data, to); };
+  const Tensor& source = *spec.constant_inputs.at(index);
+  // A source in a model file's mapping gives its pages back once reordered: a loaded model holds
+  // one copy of each prepacked weight, not two (docs/file-format.md).
+  auto reorder = [&] {
+    Tensor packed = reorder_into(from, source.data(), to);
+    source.release_pages();
+    return packed;
+  };
   const std::string from_key = layout_key(from), to_key = layout_key(to);
   if (!spec.prepared || from_key.empty() || to_key.empty())
     return std::make_shared<const Tensor>(reorder());
-  return spec.prepared->get(data, "onednn:" + from_key + "->" + to_key, reorder);
+  return spec.prepared->get(source.data(), "onednn:" + from_key + "->" + to_key, reorder);
 }
 
 }  // namespace kiln::cpu
