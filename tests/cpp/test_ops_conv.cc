@@ -260,6 +260,34 @@ TEST(OpsConv, WinogradMatchesReferenceWithinTheDotBound) {
     }
 }
 
+// The plans of a dynamic graph's shapes each create a Winograd kernel for the same weights, and
+// oneDNN picks the transformed weights' format per batch (here 4 and 8 one, 3, 6 and 7 another,
+// 1 and 2 each their own). Kernels of one format share one transformed copy, as direct kernels
+// share blocked weights; before, every shape transformed and held its own (ResNet-50 under a
+// dynamic batch grew by 140 MB a batch size).
+TEST(OpsConv, WinogradKernelsOfShapesWithOneTransformShareItsWeights) {
+  if (!cpu::onednn_has_winograd()) GTEST_SKIP() << "oneDNN has no Winograd kernels on this CPU";
+  std::mt19937 rng(5);
+  BlockedConv conv({.x = {2, 64, 14, 14}, .w = {64, 64, 3, 3}, .padding = {1, 1}}, "relu", rng);
+  PreparedConstants prepared;
+  KernelSpec spec = spec_with_constants(*conv.node);
+  spec.prepared = &prepared;
+  auto with_batch = [&](int64_t batch) {
+    KernelSpec s = spec;
+    s.inputs[0].shape[0] = s.outputs[0].shape[0] = Dim(batch);
+    return s;
+  };
+  const KernelDef& winograd = test::kernel_of("conv2d", "onednn_winograd");
+  auto four = winograd.create(with_batch(4));
+  const size_t bytes = prepared.held_bytes();
+  EXPECT_GT(bytes, conv.inputs[1].nbytes());  // 6x6 tiles of each 3x3 filter
+  auto eight = winograd.create(with_batch(8));
+  EXPECT_EQ(prepared.held_bytes(), bytes);
+  EXPECT_EQ(prepared.entries(), 1u);
+  auto one = winograd.create(with_batch(1));
+  EXPECT_EQ(prepared.entries(), 2u);
+}
+
 // What the Winograd kernel doesn't take, each with its reason; the direct kernel runs those.
 TEST(OpsConv, WinogradTakesDense3x3Stride1F32ConvolutionsInNChw16cOnly) {
   std::mt19937 rng(2);

@@ -3,6 +3,7 @@
 // reordered once into the layout a primitive prefers.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,11 +76,15 @@ inline Tensor reorder_into(const dnnl::memory::desc& from, const void* data,
   return packed;
 }
 
-// A key naming the layout `d` describes, equal for equal layouts; empty for formats it doesn't
-// spell out (only blocked ones are: Kiln never asks for another kind of weights).
+// A key naming the layout `d` describes, equal for equal layouts: blocked formats and the
+// Winograd weights of oneDNN's wino convolutions (each shape of a dynamic graph plans its own
+// kernels, and a Winograd weight keyed by nothing was transformed and held once per shape);
+// empty for formats it doesn't spell out.
 inline std::string layout_key(const dnnl::memory::desc& d) {
   const dnnl_memory_desc_t& m = d.data;
-  if (m.format_kind != dnnl_blocked || m.extra.flags != 0) return {};
+  if ((m.format_kind != dnnl_blocked && m.format_kind != dnnl_format_kind_wino) ||
+      m.extra.flags != 0)
+    return {};
   std::string key = std::to_string(m.data_type) + "@" + std::to_string(m.offset0);
   auto append = [&key](char tag, const auto* values, int count) {
     key += tag;
@@ -88,6 +93,14 @@ inline std::string layout_key(const dnnl::memory::desc& d) {
   append('d', m.dims, m.ndims);
   append('p', m.padded_dims, m.ndims);
   append('o', m.padded_offsets, m.ndims);
+  if (m.format_kind == dnnl_format_kind_wino) {
+    const dnnl_wino_desc_t& w = m.format_desc.wino_desc;
+    const int64_t fields[] = {w.wino_format, w.r,         w.alpha,     w.ic,
+                              w.oc,          w.ic_block,  w.oc_block,  w.ic2_block,
+                              w.oc2_block,   int64_t(w.size), std::bit_cast<uint32_t>(w.adj_scale)};
+    append('w', fields, 11);
+    return key;
+  }
   const dnnl_blocking_desc_t& b = m.format_desc.blocking;
   append('s', b.strides, m.ndims);
   append('b', b.inner_blks, b.inner_nblks);
