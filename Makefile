@@ -4,7 +4,7 @@ PYTHON ?= python3
 JOBS ?= 2
 BUILD := build/py
 ASAN_BUILD := build/asan
-APT_PACKAGES := build-essential libdnnl-dev zlib1g-dev libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev graphviz clang libfuzzer-14-dev libomp-14-dev
+APT_PACKAGES := build-essential libdnnl-dev zlib1g-dev libxxhash-dev libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev graphviz clang libfuzzer-14-dev libomp-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := $(shell find src include python tools tests/cpp examples cmake -type f) CMakeLists.txt pyproject.toml
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)

@@ -109,22 +109,21 @@ inline std::string layout_key(const dnnl::memory::desc& d) {
 }
 
 // Input `index` of the kernel (a constant) reordered from `from` into `to`: shared with every
-// other kernel of the compiled graph that asks for the same reorder of it.
+// other kernel, of this compiled graph or another, that asks for the same reorder of it.
 inline std::shared_ptr<const Tensor> prepacked_constant(const KernelSpec& spec, size_t index,
                                                         const dnnl::memory::desc& from,
                                                         const dnnl::memory::desc& to) {
   const Tensor& source = *spec.constant_inputs.at(index);
-  // A source in a model file's mapping gives its pages back once reordered: a loaded model holds
-  // one copy of each prepacked weight, not two (docs/file-format.md).
-  auto reorder = [&] {
-    Tensor packed = reorder_into(from, source.data(), to);
-    source.release_pages();
-    return packed;
-  };
+  auto reorder = [&] { return reorder_into(from, source.data(), to); };
   const std::string from_key = layout_key(from), to_key = layout_key(to);
-  if (!spec.prepared || from_key.empty() || to_key.empty())
-    return std::make_shared<const Tensor>(reorder());
-  return spec.prepared->get(source.data(), "onednn:" + from_key + "->" + to_key, reorder);
+  std::shared_ptr<const Tensor> packed =
+      !spec.prepared || from_key.empty() || to_key.empty()
+          ? std::make_shared<const Tensor>(reorder())
+          : spec.prepared->get(source, "onednn:" + from_key + "->" + to_key, reorder);
+  // A source in a model file's mapping gives its pages back (reordering or hashing read them): a
+  // loaded model holds one copy of each prepacked weight, not two (docs/file-format.md).
+  source.release_pages();
+  return packed;
 }
 
 }  // namespace kiln::cpu
