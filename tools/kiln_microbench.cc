@@ -404,6 +404,8 @@ std::vector<GemmCase> gemm_cases(bool smoke) {
       // The same weights read in their own layout: what prepacking them buys, against the
       // memory a packed copy costs.
       cases.push_back({name + ", weights not prepacked", {m, k}, {n, k}, true, false});
+      // Stored [K, N] (GPT-2's Conv1D) and read in place (memory.gemm_weights_in_place).
+      cases.push_back({name + ", weights [K, N] not prepacked", {m, k}, {k, n}, false, false});
     };
     linear("linear (QKV, attention output)", d, d);
     linear("linear (MLP up)", d, ff);

@@ -287,23 +287,38 @@ TEST(OpsMatmul, SelectionFollowsTheMeasuredRule) {
     }
     EXPECT_EQ(test::kernel_of("matmul", "onednn").unsupported_reason(spec), "");
   }
-  // A batch of one-row products goes to OpenBLAS where oneDNN has AVX-512 (measured there).
-  std::string why;
+  // The rule for each class of CPU, whatever this one is.
+  const cpu::GemmLibraryKernels avx512_both{true, false, "SkylakeX"};
+  const cpu::GemmLibraryKernels openblas_half_width{true, true, "Haswell"};
+  const cpu::GemmLibraryKernels avx2_both{false, false, "Haswell"};
   const cpu::MatmulGeometry decode = cpu::make_matmul_geometry({12, 1, 64}, {12, 64, 128}, false);
-  if (cpu::preferred_gemm_library(cpu::make_matmul_geometry({128, 64}, {64, 32}, false)) ==
-      cpu::GemmLibrary::OneDNN) {  // an AVX-512 CPU
-    EXPECT_EQ(cpu::preferred_gemm_library(decode, false, &why), cpu::GemmLibrary::OpenBLAS);
-    EXPECT_NE(why.find("M=1"), std::string::npos) << why;
-    // Constant weights [K, N] read in place go to OpenBLAS from M = 16; [N, K] stay with oneDNN.
-    const cpu::MatmulGeometry kn = cpu::make_matmul_geometry({128, 64}, {64, 32}, false);
-    const cpu::MatmulGeometry nk = cpu::make_matmul_geometry({128, 64}, {32, 64}, true);
-    EXPECT_EQ(cpu::preferred_gemm_library(kn, true, &why), cpu::GemmLibrary::OpenBLAS);
-    EXPECT_NE(why.find("in place"), std::string::npos) << why;
-    EXPECT_EQ(cpu::preferred_gemm_library(nk, true), cpu::GemmLibrary::OneDNN);
-    EXPECT_EQ(cpu::preferred_gemm_library(cpu::make_matmul_geometry({8, 64}, {64, 32}, false),
-                                          true),
+  const cpu::MatmulGeometry kn = cpu::make_matmul_geometry({128, 64}, {64, 32}, false);
+  const cpu::MatmulGeometry nk = cpu::make_matmul_geometry({128, 64}, {32, 64}, true);
+  const cpu::MatmulGeometry small_kn = cpu::make_matmul_geometry({8, 64}, {64, 32}, false);
+  std::string why;
+  // AVX-512 in both libraries: oneDNN but for a batch of one-row products and, from M = 16,
+  // constant weights [K, N] read in place ([N, K] stays with oneDNN).
+  EXPECT_EQ(cpu::preferred_gemm_library(kn, false, &why, avx512_both), cpu::GemmLibrary::OneDNN);
+  EXPECT_EQ(cpu::preferred_gemm_library(decode, false, &why, avx512_both),
+            cpu::GemmLibrary::OpenBLAS);
+  EXPECT_NE(why.find("M=1"), std::string::npos) << why;
+  EXPECT_EQ(cpu::preferred_gemm_library(kn, true, &why, avx512_both), cpu::GemmLibrary::OpenBLAS);
+  EXPECT_NE(why.find("in place"), std::string::npos) << why;
+  EXPECT_EQ(cpu::preferred_gemm_library(nk, true, nullptr, avx512_both), cpu::GemmLibrary::OneDNN);
+  EXPECT_EQ(cpu::preferred_gemm_library(small_kn, true, nullptr, avx512_both),
+            cpu::GemmLibrary::OneDNN);
+  // OpenBLAS at half the peak (AVX2 kernels, full-width AVX-512 FMAs): oneDNN everywhere, and
+  // the reason names OpenBLAS's kernels.
+  for (const auto* g : {&decode, &kn, &nk, &small_kn}) {
+    EXPECT_EQ(cpu::preferred_gemm_library(*g, true, &why, openblas_half_width),
               cpu::GemmLibrary::OneDNN);
+    EXPECT_NE(why.find("Haswell"), std::string::npos) << why;
   }
+  // No AVX-512: oneDNN below M = 16, OpenBLAS from there.
+  EXPECT_EQ(cpu::preferred_gemm_library(small_kn, false, nullptr, avx2_both),
+            cpu::GemmLibrary::OneDNN);
+  EXPECT_EQ(cpu::preferred_gemm_library(kn, false, nullptr, avx2_both),
+            cpu::GemmLibrary::OpenBLAS);
   // A batch folds into M when B is shared: [8, 4, 64] x [64, 32] is one 32x32x64 GEMM.
   EXPECT_EQ(cpu::make_matmul_geometry({8, 4, 64}, {64, 32}, false).m, 32);
 

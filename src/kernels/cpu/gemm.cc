@@ -1,8 +1,12 @@
 #include "kernels/cpu/gemm.h"
 
+#include <cblas.h>
+
 #include <algorithm>
+#include <cctype>
 
 #include "dnnl.hpp"
+#include "kernels/cpu/cpu_features.h"
 
 namespace kiln::cpu {
 
@@ -69,25 +73,50 @@ MatmulGeometry make_matmul_geometry(const std::vector<int64_t>& a_sizes,
   return g;
 }
 
+const GemmLibraryKernels& GemmLibraryKernels::on_this_cpu() {
+  static const GemmLibraryKernels kernels = [] {
+    GemmLibraryKernels k;
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    k.onednn_avx512 = (isa & avx512) == avx512;
+    // A DYNAMIC_ARCH OpenBLAS picks its kernels by CPU model, and one older than the CPU falls
+    // back to AVX2 ones: Debian's 0.3.21 calls a Zen 5 "Haswell". Where 512-bit FMAs take two
+    // 256-bit units (Zen 4) that costs nothing; where they run at full width, half the peak.
+    k.openblas_core = openblas_get_corename();
+    std::string core = k.openblas_core;
+    std::transform(core.begin(), core.end(), core.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const bool openblas_avx512 =
+        core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
+    k.openblas_half_width = k.onednn_avx512 && !openblas_avx512 && avx512_fma_full_width();
+    return k;
+  }();
+  return kernels;
+}
+
 // Measured with 2 threads, f32, GFLOP/s, B prepacked for oneDNN (the table is in docs/ops.md):
 //  * oneDNN with AVX-512 (its brgemm matmul; a 2-vCPU Zen 4 EPYC): oneDNN is ahead at every
 //    shape measured: 128x768x768 (MxKxN) 229 vs OpenBLAS 196, 16x768x768 225 vs 133, 1x768x3072
-//    83 vs 9; a batch of 12 128x64x128 216 vs 45.
+//    83 vs 9; a batch of 12 128x64x128 216 vs 45; the two exceptions below.
+//  * OpenBLAS with AVX2 kernels on full-width AVX-512 FMAs (a 2-vCPU Zen 5 EPYC, OpenBLAS
+//    0.3.21 "Haswell"): oneDNN is ahead at every shape, by 2x from M = 128 (128x768x3072 495 vs
+//    215; with B [K, N] read in place 446 vs 219; a batch of 12 1x64x128 43 vs 24).
 //  * oneDNN without AVX-512 (its gemm-based matmul): on the reference 2-vCPU AVX2 EPYC, oneDNN
 //    38-44 vs OpenBLAS 10 at 1x768x768 but 39-72 vs 134-169 at M = 128. With ONEDNN_MAX_CPU_ISA
 //    =AVX2 on the Zen 4 EPYC oneDNN is ahead below M = 16 too (1x768x3072: 63 vs 9).
 GemmLibrary preferred_gemm_library(const MatmulGeometry& g, bool weights_in_place,
-                                   std::string* why) {
-  static const bool onednn_has_avx512 = [] {
-    auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & avx512) == avx512;
-  }();
+                                   std::string* why, const GemmLibraryKernels& kernels) {
+  const bool onednn_has_avx512 = kernels.onednn_avx512;
   constexpr int64_t kOpenBlasMinM = 16;
   auto choose = [&](GemmLibrary lib, const std::string& reason) {
     if (why) *why = reason;
     return lib;
   };
+  if (kernels.openblas_half_width)
+    return choose(GemmLibrary::OneDNN,
+                  "OpenBLAS runs its " + kernels.openblas_core +
+                      " kernels (AVX2) on a CPU with full-width AVX-512 FMAs: oneDNN is faster "
+                      "at every measured shape (Zen 5, 128x768x3072: 495 vs 215 GFLOP/s)");
   // One row per matrix of a batch (attention's products while decoding): OpenBLAS runs one
   // matrix per thread, oneDNN's batched matmul splits them worse (12 heads of 1x64x128 and
   // 1x128x64, AVX-512: 57.7-58.6 vs 36.6-38.6 GFLOP/s; 51 vs 35-38 on one thread).

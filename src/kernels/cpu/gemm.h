@@ -36,11 +36,23 @@ MatmulGeometry make_matmul_geometry(const std::vector<int64_t>& a_sizes,
 
 enum class GemmLibrary { OpenBLAS, OneDNN };
 
-// Which library multiplies f32 matrices of this geometry faster on this CPU, by measurement (the
-// figures are in gemm.cc); `why` receives the measured reason for the choice. `weights_in_place`:
-// B is a constant that oneDNN must read as stored instead of prepacked (gemm_weights_in_place).
-GemmLibrary preferred_gemm_library(const MatmulGeometry& g, bool weights_in_place = false,
-                                   std::string* why = nullptr);
+// The kernels each library runs on a CPU: what the measured rule depends on besides the shape.
+struct GemmLibraryKernels {
+  bool onednn_avx512 = false;  // oneDNN's effective ISA includes AVX-512 (avx512_core)
+  // OpenBLAS runs AVX2 kernels on a CPU whose 512-bit FMAs run at full width: half its peak.
+  bool openblas_half_width = false;
+  std::string openblas_core;  // OpenBLAS's name for the kernels it chose (openblas_get_corename)
+
+  static const GemmLibraryKernels& on_this_cpu();
+};
+
+// Which library multiplies f32 matrices of this geometry faster with these kernels, by
+// measurement (the figures are in gemm.cc); `why` receives the measured reason for the choice.
+// `weights_in_place`: B is a constant that oneDNN must read as stored instead of prepacked
+// (gemm_weights_in_place).
+GemmLibrary preferred_gemm_library(
+    const MatmulGeometry& g, bool weights_in_place = false, std::string* why = nullptr,
+    const GemmLibraryKernels& kernels = GemmLibraryKernels::on_this_cpu());
 
 // f32 kernels for non-degenerate geometries. When B is a graph constant (spec.constant_inputs[1]),
 // a kernel may prepack it at creation.
