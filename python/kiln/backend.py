@@ -318,6 +318,11 @@ class Report:
                              f"{m['intermediate_bytes']} bytes of intermediates "
                              f"({m['in_place']} in place, schedule {m['schedule']}, "
                              f"placement {m['placement']})")
+                if m["prepacked_bytes"]:
+                    # The copy beside the model's own weights: what Kiln adds to eager's memory.
+                    lines.append(f"    weights reordered for the kernels: {m['prepacked_bytes']} "
+                                 f"bytes (memory.gemm_weights_in_place reads GEMM weights as "
+                                 f"stored instead)")
         lines.append(f"{sum(n for n, _ in self.fallback.values())} op(s) left in PyTorch")
         for target, (n, why) in self.fallback.items():
             lines.append(f"  {target} x{n}: {why}")

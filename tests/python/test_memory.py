@@ -114,3 +114,16 @@ def test_gemm_weights_in_place(tmp_path, in_place):
     assert prepacked == 0 if in_place else prepacked >= weight_bytes, prepacked
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_report_names_the_reordered_weights_and_the_option_that_drops_them():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 64)  # below 16 rows: oneDNN's GEMM on every CPU, which prepacks
+    prepacked = kiln.explain(model, x)
+    weight_bytes = model[0].weight.numel() * 4
+    assert prepacked.partitions[0].memory["prepacked_bytes"] >= weight_bytes, str(prepacked)
+    assert "memory.gemm_weights_in_place" in str(prepacked)
+    in_place = kiln.explain(model, x, options={"memory.gemm_weights_in_place": True})
+    assert in_place.partitions[0].memory["prepacked_bytes"] == 0
+    assert "reordered for the kernels" not in str(in_place)
