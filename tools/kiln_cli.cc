@@ -50,10 +50,11 @@ const std::map<std::string, std::string> kCommandHelp = {
               "                  [--shape NAME=DxDx... ...] [--seed N]\n"
               "Loads the model (the load time is reported), runs --warmup untimed then\n"
               "--iterations timed runs (default 5 and 100) on random inputs, and prints latency\n"
-              "min, median, p90, p99 and throughput. --threads is the threads per kernel (0: every\n"
-              "core; default: the producer's compile option). --profile PATH times every node of\n"
-              "the timed runs (which adds a little to the latency), writes a Chrome trace to PATH\n"
-              "(open it in Perfetto) and prints the nodes that took the most time.\n"},
+              "min, median, p90, p99, throughput and the peak resident memory. --threads is the\n"
+              "threads per kernel (0: every core; default: the producer's compile option).\n"
+              "--profile PATH times every node of the timed runs (which adds a little to the\n"
+              "latency), writes a Chrome trace to PATH (open it in Perfetto) and prints the nodes\n"
+              "that took the most time.\n"},
     {"dump", "usage: kiln dump MODEL.kiln --format txt|json|dot|png|svg -o OUT\n"
              "Writes the model's graph: txt (textual IR, docs/ir.md), json, dot (Graphviz), or\n"
              "png/svg rendered by Graphviz's dot program.\n"},
@@ -386,6 +387,17 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
+// The process's peak resident memory in MB, from /proc (Linux): getrusage's ru_maxrss would
+// include the high-water mark of the process that started this one (exec keeps it); -1 where
+// /proc has none.
+double peak_resident_mb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // in kB
+  return -1.0;
+}
+
 int cmd_bench(const Args& args) {
   int64_t iterations = parse_int(args.one("iterations", "100"), "--iterations", 1);
   int64_t warmup = parse_int(args.one("warmup", "5"), "--warmup", 0);
@@ -430,6 +442,8 @@ int cmd_bench(const Args& args) {
   std::printf("latency:    min %.3f ms, median %.3f ms, p90 %.3f ms, p99 %.3f ms\n", ms.front(),
               percentile(ms, 0.5), percentile(ms, 0.9), percentile(ms, 0.99));
   std::printf("throughput: %.2f runs/s\n", static_cast<double>(iterations) / total_s);
+  if (const double peak_mb = peak_resident_mb(); peak_mb >= 0)
+    std::printf("memory:     peak resident %.1f MB\n", peak_mb);
   if (profiler) {
     profiler->write();
     std::printf("profile:    %s\n%s", profile_path.c_str(), profiler->summary(20).c_str());

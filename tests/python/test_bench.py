@@ -38,10 +38,12 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
         assert r["throughput_per_s"] == pytest.approx(2 / (r["latency_ms_median"] / 1e3))
         assert r["compile_s"] > 0 and r["peak_rss_mb"] > 0
         # Only the offline model has a load step; it is part of its compile_s (export + load).
+        # and a deployed memory: the standalone runtime's, without PyTorch's hundreds of MB.
         if r["backend"] == "kiln-offline":
             assert 0 < r["load_s"] < r["compile_s"]
+            assert 0 < r["deployed_rss_mb"] < r["peak_rss_mb"]
         else:
-            assert r["load_s"] is None
+            assert r["load_s"] is None and r["deployed_rss_mb"] is None
         assert math.isfinite(r["max_abs_err"]) and math.isfinite(r["max_rel_err"])
         assert {"python", "torch", "transformers", "kiln"} <= set(r["versions"])
     # Eager is compared against itself on the same input: exactly equal.

@@ -2,6 +2,8 @@
 
 import os
 import pathlib
+import re
+import resource
 import subprocess
 
 import numpy as np
@@ -124,6 +126,10 @@ def test_cli_info_bench_and_random_run(tmp_path):
                            capture_output=True, text=True)
     assert bench.returncode == 0, bench.stderr
     assert "p99" in bench.stdout and "runs/s" in bench.stdout
+    # Its own peak, not the high-water mark of the (larger) pytest process that started it.
+    peak_mb = float(re.search(r"peak resident ([\d.]+) MB", bench.stdout).group(1))
+    parent_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert 0 < peak_mb < parent_mb
     run = subprocess.run([cli_path(), "run", str(path), "--output-dir", str(tmp_path / "o")],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -91,7 +93,10 @@ def _kiln(level: str, **extra):
 
 class OfflineRun:
     """A model exported to a .kiln file and loaded back (kiln.export, kiln.load). `load_s` is what
-    a deployment waits for: kiln.load (memory-mapped) through the end of the first call."""
+    a deployment waits for: kiln.load (memory-mapped) through the end of the first call.
+    `deployed_rss_mb` is what it holds: the peak resident memory of the standalone runtime (the
+    kiln CLI, no Python or PyTorch) loading the file and running it; the worker's own peak
+    includes the PyTorch model and the export."""
 
     def __init__(self, path: str, threads: int, example: torch.Tensor):
         import kiln
@@ -99,9 +104,24 @@ class OfflineRun:
         self.model = kiln.load(path, threads=threads)
         self.model(example)
         self.load_s = time.perf_counter() - start
+        self.deployed_rss_mb = _standalone_peak_rss_mb(path, threads)
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.model(inputs)
+
+
+def _standalone_peak_rss_mb(path: str, threads: int) -> float:
+    from kiln.bench.micro import find_binary
+    cli = find_binary("kiln")
+    if cli is None:
+        raise BackendUnavailable("the kiln CLI is not beside kiln._C nor in the package's bin/")
+    bench = subprocess.run([str(cli), "bench", path, "--threads", str(threads), "--warmup", "1",
+                            "--iterations", "3"], capture_output=True, text=True, timeout=600)
+    # The CLI's own figure: getrusage would give this process's peak (exec keeps it).
+    peak = re.search(r"peak resident ([\d.]+) MB", bench.stdout)
+    if bench.returncode != 0 or peak is None:
+        raise RuntimeError(f"kiln bench {path} failed: {bench.stderr.strip() or bench.stdout}")
+    return float(peak.group(1))
 
 
 def _kiln_offline(model, example, threads, scratch) -> Run:

@@ -35,16 +35,17 @@ ELEMENTWISE_TARGET = 0.70
 OVERHEAD_TARGET_US = 10.0
 
 
-def find_binary() -> pathlib.Path | None:
-    """kiln_microbench beside the build that made kiln._C (a dev build's staged package links
-    there), or in the package's bin/ folder; KILN_MICROBENCH overrides both."""
-    if os.environ.get("KILN_MICROBENCH"):
+def find_binary(name: str = "kiln_microbench") -> pathlib.Path | None:
+    """One of Kiln's C++ programs (kiln_microbench, the kiln CLI) beside the build that made
+    kiln._C (a dev build's staged package links there), or in the package's bin/ folder;
+    $KILN_MICROBENCH overrides both for kiln_microbench."""
+    if name == "kiln_microbench" and os.environ.get("KILN_MICROBENCH"):
         return pathlib.Path(os.environ["KILN_MICROBENCH"])
     from kiln import _C
     module = pathlib.Path(_C.__file__)
     for folder in (module.resolve().parent, module.parent / "bin"):
-        if (folder / "kiln_microbench").is_file():
-            return folder / "kiln_microbench"
+        if (folder / name).is_file():
+            return folder / name
     return None
 
 

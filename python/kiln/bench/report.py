@@ -127,8 +127,8 @@ def markdown(results: dict) -> str:
             lines.append(f"| {model} | " + " | ".join(cells) + " |")
     lines += ["", "## All measurements", "",
               "| model | backend | batch | threads | median ms | p90 ms | per s | vs eager | "
-              "compile s | load s | peak RSS MB | max abs err | max rel err | status |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "compile s | load s | peak RSS MB | deployed RSS MB | max abs err | max rel err | status |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in records:
         speedup = ratio.get((r["model"], r["backend"], r["batch"], r["threads"]))
         lines.append("| " + " | ".join([
@@ -137,7 +137,7 @@ def markdown(results: dict) -> str:
             _number(r["throughput_per_s"], ".1f"),
             f"{speedup:.2f}x" if speedup is not None else "n/a",
             _number(r["compile_s"], ".1f"), _number(r["load_s"], ".2f"),
-            _number(r["peak_rss_mb"], ".0f"),
+            _number(r["peak_rss_mb"], ".0f"), _number(r.get("deployed_rss_mb"), ".0f"),
             _number(r["max_abs_err"], ".1e"), _number(r["max_rel_err"], ".1e"),
             _cell(r["status"])]) + " |")
     return "\n".join(lines) + "\n"

@@ -21,8 +21,8 @@ import torch
 from kiln.bench import backends, models
 
 FIELDS = ("model", "backend", "batch", "threads", "size", "input_shape", "warmup", "iterations",
-          "latency_ms_median", "latency_ms_p90", "throughput_per_s", "compile_s", "load_s", "peak_rss_mb",
-          "max_abs_err", "max_rel_err", "status", "versions")
+          "latency_ms_median", "latency_ms_p90", "throughput_per_s", "compile_s", "load_s",
+          "peak_rss_mb", "deployed_rss_mb", "max_abs_err", "max_rel_err", "status", "versions")
 
 
 class WrongOutput(RuntimeError):
@@ -75,6 +75,7 @@ def _measure(spec: dict, scratch: str, record: dict) -> None:
         output = run(inputs)
         record["compile_s"] = time.perf_counter() - start
         record["load_s"] = getattr(run, "load_s", None)  # offline models only
+        record["deployed_rss_mb"] = getattr(run, "deployed_rss_mb", None)
         record["max_abs_err"], record["max_rel_err"] = _errors(output, reference)
         for _ in range(spec["warmup"]):
             run(inputs)
