@@ -75,7 +75,6 @@ def _measure(spec: dict, scratch: str, record: dict) -> None:
         output = run(inputs)
         record["compile_s"] = time.perf_counter() - start
         record["load_s"] = getattr(run, "load_s", None)  # offline models only
-        record["deployed_rss_mb"] = getattr(run, "deployed_rss_mb", None)
         record["max_abs_err"], record["max_rel_err"] = _errors(output, reference)
         for _ in range(spec["warmup"]):
             run(inputs)
@@ -84,6 +83,7 @@ def _measure(spec: dict, scratch: str, record: dict) -> None:
             start = time.perf_counter()
             run(inputs)
             latencies.append(time.perf_counter() - start)
+        record["deployed_rss_mb"] = getattr(run, "deployed_rss_mb", None)  # offline models only
     median = statistics.median(latencies)
     record["latency_ms_median"] = median * 1e3
     # The 9th of 10 cut points, interpolated between the closest ranks (numpy's default).
