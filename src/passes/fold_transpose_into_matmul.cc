@@ -4,7 +4,8 @@
 // Linear layers arrive as addmm(bias, x, t(w)): without this, constant folding writes a
 // transposed copy of every weight (BERT-base: 340 MB and most of its compile time) that the
 // kernels then prepack again. Runs first in stage prepare, before constant folding sees %t.
-// The permute stays while something else reads it.
+// The permute stays while something else reads it. grouped_matmul's B (experts' weights) folds
+// the same way.
 #include <string>
 
 #include "passes/pass_list.h"
@@ -30,6 +31,9 @@ std::unique_ptr<Pass> make_fold_transpose_into_matmul() {
     rules.push_back({"transpose_matmul" + std::to_string(n), op("matmul", inputs), rewrite});
     inputs.push_back(any());
   }
+  // Mixture-of-experts weights, [E, N, K] read as [E, K, N]: the same for grouped_matmul.
+  rules.push_back({"transpose_grouped_matmul",
+                   op("grouped_matmul", {any(), swap_permute(any("b"), 0), any()}), rewrite});
   return std::make_unique<PatternRewritePass>("fold_transpose_into_matmul", std::move(rules));
 }
 

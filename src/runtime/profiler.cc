@@ -89,6 +89,8 @@ double node_flops(const Node& node, std::span<const TensorView> inputs,
     const double k = a.sizes.empty() ? 1 : static_cast<double>(a.sizes.back());
     return 2 * out * k + epilogue_flops(node, out, node.attrs().count("bias") && node.attr_bool("bias"));
   }
+  if (op == "grouped_matmul")  // every row in a group: offsets[G - 1] = S, as routing gives
+    return 2 * out * static_cast<double>(inputs[0].sizes.back());
   if (op == "conv2d" || op == "conv1d") {
     // w [O, C/groups, KH(, KW)]: each output element is C/groups·KH·KW multiply-adds.
     double per_output = 1;

@@ -46,6 +46,28 @@ graph @g {
 })");
 }
 
+// Mixture-of-experts weights [E, N, K] arrive as grouped_mm(x, transpose(w)): read in place too.
+TEST(FoldTransposeIntoMatmul, FoldsExpertWeightsOfAGroupedMatmul) {
+  auto pass = make_fold_transpose_into_matmul();
+  expect_rewrite(*pass, R"(
+graph @g {
+  input %x : f32[4, 3]
+  const %w : f32[2, 5, 3] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]
+  const %offsets : i64[2] = [1, 3]
+  %wt = permute(%w) {dims = [0, 2, 1]}
+  %y = grouped_matmul(%x, %wt, %offsets)
+  output %y
+})",
+                 R"(
+graph @g {
+  input %x : f32[4, 3]
+  const %w : f32[2, 5, 3] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]
+  const %offsets : i64[2] = [1, 3]
+  %y_1 : f32[4, 5] = grouped_matmul(%x, %w, %offsets) {transpose_b = true}
+  output %y_1
+})");
+}
+
 TEST(FoldTransposeIntoMatmul, LeavesOtherPermutes) {
   auto pass = make_fold_transpose_into_matmul();
   // A permute that moves a batch dim, and one on A, are not B's transpose.

@@ -78,3 +78,54 @@ def test_products_of_integers_stay_in_pytorch(op):
     count, reason = report.fallback[f"aten.{op}.default"]
     assert count == 1 and "matmul" in reason, str(report)
     assert torch.equal(torch.compile(fn, backend="kiln")(a, v), fn(a, v))
+
+
+# ---------------------------------------------------------------- grouped matrix products
+
+def expert_rows(counts, k, dtype=torch.float32):
+    """Rows sorted by expert, `counts[e]` of them for expert e, and their offsets."""
+    offsets = torch.cumsum(torch.tensor(counts), 0).to(torch.int32)
+    rows = torch.randn(int(offsets[-1]) + 2, k, generator=G).to(dtype)  # 2 rows past the last
+    return rows, offsets
+
+
+@pytest.mark.parametrize("counts", [[3, 0, 5, 1], [0, 0, 0, 7], [0, 0, 0, 0]])
+def test_transformers_grouped_mm_fallback(counts):
+    """transformers' f32 experts under torch.compile: its custom op, zeros past the last group."""
+    import transformers.integrations.moe  # noqa: F401 (registers torch.ops.transformers)
+    rows, offsets = expert_rows(counts, 6)
+    weight = torch.randn(4, 5, 6, generator=G)  # [E, N, K], read transposed as nn.Linear does
+    fn = lambda x, w, o: torch.ops.transformers.grouped_mm_fallback(x, w.transpose(-2, -1), o)  # noqa: E731
+    compiled_matches_eager(fn, rows, weight, offsets)
+
+
+def test_aten_grouped_mm():
+    """torch._grouped_mm's 2-D by 3-D form, which bf16 experts take (torch.compile takes it in bf16
+    only); PyTorch leaves the rows past the last group unspecified, Kiln writes zeros."""
+    dtype = torch.bfloat16
+    rows, offsets = expert_rows([2, 0, 3], 16, dtype)
+    weight = torch.randn(3, 16, 8, generator=G).to(dtype)
+    fn = lambda x, w, o: torch._grouped_mm(x, w, offs=o)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(rows, weight, offsets)
+    expected = fn(rows, weight, offsets)
+    torch.testing.assert_close(got[:5], expected[:5])
+    assert (got[5:] == 0).all()
+
+
+def test_grouped_mm_offsets_past_the_rows_are_a_coded_error():
+    import transformers.integrations.moe  # noqa: F401
+    rows, _ = expert_rows([2, 2], 4)
+    weight = torch.randn(2, 4, 3, generator=G)
+    fn = lambda x, w, o: torch.ops.transformers.grouped_mm_fallback(x, w, o)  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    compiled(rows, weight, torch.tensor([2, 4], dtype=torch.int32))
+    with pytest.raises(kiln.Error) as caught:
+        compiled(rows, weight, torch.tensor([2, 9], dtype=torch.int32))
+    assert caught.value.code == "E40002" and "more than A's 6 rows" in str(caught.value)
+
+
+def test_grouped_mm_forms_kiln_does_not_take_stay_in_pytorch():
+    x = torch.randn(2, 4, 8, generator=G).bfloat16()
+    w = torch.randn(2, 8, 16, generator=G).bfloat16()
+    report = kiln.explain(lambda a, b: torch._grouped_mm(a, b), x, w)  # batched: no offsets
+    assert "no offs" in report.fallback["aten._grouped_mm.default"][1], str(report)

@@ -104,3 +104,30 @@ def test_sort_is_stable_with_nan_above_every_number():
         assert torch.equal(values.nan_to_num(7), expected.values.nan_to_num(7)), kwargs
         assert torch.equal(indices, expected.indices), kwargs
         torch._dynamo.reset()
+
+
+# Bins on edges computed in the input's dtype, values outside and NaN uncounted, the data's own
+# range when min == max: bit for bit as torch.histc.
+@pytest.mark.parametrize("bins, lo, hi", [(4, 0, 3), (10, -2.5, 2.5), (7, 0, 0), (3, 1, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histc(bins, lo, hi, dtype):
+    x = torch.randn(1000, generator=G, dtype=dtype) * 2
+    x[::97] = float("nan")
+    x[5] = hi
+    x[6] = lo
+    fn = lambda v: torch.histc(v, bins=bins, min=lo, max=hi)  # noqa: E731
+    if lo == hi:
+        x = x.nan_to_num(0.5)  # a NaN in the data's range is an error (below)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert torch.equal(got, fn(x)), (got, fn(x))
+
+
+def test_histc_of_the_data_range_with_nan_is_a_coded_error():
+    fn = lambda v: torch.histc(v, bins=3)  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    x = torch.tensor([1.0, float("nan"), 2.0])
+    with pytest.raises(RuntimeError, match="not finite"):
+        fn(x)
+    with pytest.raises(kiln.Error) as caught:
+        compiled(x)
+    assert caught.value.code == "E40002" and "not finite" in str(caught.value)

@@ -59,6 +59,17 @@ def small_models():
             conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
             num_feat_extract_layers=2, num_conv_pos_embeddings=16,
             num_conv_pos_embedding_groups=4)), audio),
+        # Mixtures of experts: tokens sorted by expert (sort, histc, cumsum), the experts'
+        # products as one grouped GEMM each (transformers' grouped_mm), the order restored
+        # (empty_like, index_put); Qwen2-MoE adds a shared expert with a sigmoid gate.
+        "mixtral": (lambda: T.MixtralModel(T.MixtralConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+            vocab_size=100)), ids),
+        "qwen2-moe": (lambda: T.Qwen2MoeModel(T.Qwen2MoeConfig(
+            hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+            shared_expert_intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, vocab_size=100)), ids),
         # Span-based dynamic convolution: nn.Unfold (im2col) over the sequence.
         "convbert": (lambda: T.ConvBertModel(T.ConvBertConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -67,6 +78,15 @@ def small_models():
 
 
 MODELS = small_models()
+
+
+def float64_copy(model):
+    """The model in float64: the truth. Experts run by their loop there (PyTorch's grouped GEMM
+    takes no float64)."""
+    reference = copy.deepcopy(model).double()
+    if hasattr(model.config, "num_experts_per_tok"):
+        reference.set_experts_implementation("eager")
+    return reference
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -81,7 +101,7 @@ def test_model_matches_eager(name):
     with torch.no_grad():
         got = compiled(x).last_hidden_state
         eager = model(x).last_hidden_state
-        truth = copy.deepcopy(model).double()(
+        truth = float64_copy(model)(
             x if x.dtype == torch.long else x.double()).last_hidden_state
     kiln_error = (got.double() - truth).abs().max().item()
     eager_error = (eager.double() - truth).abs().max().item()
@@ -105,7 +125,7 @@ def test_model_under_dynamic_image_sizes_matches_eager(name):
     extra = {"interpolate_pos_encoding": True} if name == "beit" else {}
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="kiln", dynamic=True)
-    reference = copy.deepcopy(model).double()
+    reference = float64_copy(model)
     with torch.no_grad():
         for xi in [x, torch.nn.functional.interpolate(x[:1], size=(48, 48))]:
             got = compiled(xi, **extra).last_hidden_state

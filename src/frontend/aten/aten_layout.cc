@@ -161,10 +161,14 @@ void register_aten_layout_converters(ConverterRegistry& r) {
     return {ctx.add("full", {}, full_attrs(ctx, ctx.number("fill_value")))};
   });
   // zeros_like(x) and friends: x's shape (symbolic dims included), the node's dtype. The memory
-  // format orders elements in memory only.
-  for (const char* op : {"full_like", "zeros_like", "ones_like"})
-    r.add("aten." + std::string(op) + ".default",
-          [op = std::string(op)](ConvertContext& ctx) -> std::vector<Value*> {
+  // format orders elements in memory only. empty_like as zeros_like, as empty above (MoE layers
+  // fill one by index_put to invert a permutation).
+  for (auto [aten_op, kiln_op] : {std::pair<const char*, const char*>{"full_like", "full_like"},
+                                  {"zeros_like", "zeros_like"},
+                                  {"ones_like", "ones_like"},
+                                  {"empty_like", "zeros_like"}})
+    r.add("aten." + std::string(aten_op) + ".default",
+          [op = std::string(kiln_op)](ConvertContext& ctx) -> std::vector<Value*> {
             require_dense(ctx);
             AttrMap attrs{{"dtype", dtype_attr(ctx)}};
             if (op == "full_like") attrs["fill_value"] = ctx.number("fill_value");

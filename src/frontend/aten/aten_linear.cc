@@ -28,6 +28,17 @@ Converter bias_matmul(const char* a, const char* b) {
   };
 }
 
+// A mixture-of-experts layer's expert products: input [S, K] sorted by expert, weight [E, K, N],
+// offs [E] the cumulative rows of each expert (transformers' grouped_mm_fallback, and
+// torch._grouped_mm's 2-D by 3-D form, which bf16 experts take under torch.compile).
+std::vector<Value*> grouped_mm(ConvertContext& ctx, const char* input, const char* weight) {
+  Value* a = ctx.tensor(input);
+  Value* b = ctx.tensor(weight);
+  if (a->type().rank() != 2 || b->type().rank() != 3)
+    ctx.unsupported("only the 2-D input by 3-D weight form (one matrix per group of rows)");
+  return {ctx.add("grouped_matmul", {a, b, ctx.tensor("offs")})};
+}
+
 }  // namespace
 
 void register_aten_linear_converters(ConverterRegistry& r) {
@@ -41,6 +52,16 @@ void register_aten_linear_converters(ConverterRegistry& r) {
     return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("tensor")})};
   });
   r.add("aten.addmm.default", bias_matmul("mat1", "mat2"));
+  r.add("transformers.grouped_mm_fallback.default", [](ConvertContext& ctx) {
+    return grouped_mm(ctx, "input", "weight");
+  });
+  r.add("aten._grouped_mm.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (!ctx.has("offs")) ctx.unsupported("no offs (the batched form)");
+    if (ctx.has("bias")) ctx.unsupported("a bias");
+    if (ctx.dtype("out_dtype") && *ctx.dtype("out_dtype") != ctx.tensor("self")->type().dtype)
+      ctx.unsupported("an out_dtype other than the input's");
+    return grouped_mm(ctx, "self", "mat2");
+  });
   r.add("aten.baddbmm.default", bias_matmul("batch1", "batch2"));
   r.add("aten.linear.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* y = ctx.add("matmul", {ctx.tensor("input"), ctx.tensor("weight")},

@@ -112,6 +112,12 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
                                  {"sorted", ctx.boolean("sorted")}},
                                 ctx.node_name());
   });
+  r.add("aten.histc.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("histc", {ctx.tensor("self")},
+                    {{"bins", ctx.has("bins") ? ctx.integer("bins") : int64_t{100}},
+                     {"min", ctx.has("min") ? ctx.number("min") : 0.0},
+                     {"max", ctx.has("max") ? ctx.number("max") : 0.0}})};
+  });
 }
 
 }  // namespace kiln
