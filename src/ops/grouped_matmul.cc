@@ -8,11 +8,14 @@
 // unspecified, transformers' fallback writes zeros). f32 and f64, and bf16 with f32 sums
 // rounded once, as PyTorch's per-group mm does.
 //
-// Kernels, best first: oneDNN (f32, and bf16 on CPUs where oneDNN runs it natively: one matmul
-// primitive whose M is given at run time, run per group with B read in place), then the
-// reference loops.
+// Kernels, best first: oneDNN (f32, and bf16 on CPUs where oneDNN runs it natively: a matmul per
+// group, on constant B prepacked once, else read in place), then the reference loops.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <type_traits>
 #include <unordered_map>
 
@@ -124,26 +127,39 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
   }
 }
 
-// A oneDNN matmul primitive created once with M given at each execution, run once per
-// non-empty group with B read where it lies (f32 sums, each bf16 result rounded once). oneDNN
-// runs it as its jit GEMM, which packs B on each call; against dnnl_sgemm on 8 groups of
-// [N, K] = 4096 x 1024 (Xeon with AVX-512, 2 threads): M = 1: 4.0 vs 2.8 ms, M = 8: 7.9 vs 9.5,
-// M = 32: 11.9 vs 15.7, M = 64: 17.8 vs 20.7; OpenBLAS's sgemm: 7.5, 10.8, 13.3, 18.0, and
-// slower than dnnl_sgemm inside Mixtral (15.5 vs 13.6 ms a layer's up-projection).
+// Each group's rows times its matrix through oneDNN's matmul (f32 sums, each bf16 result rounded
+// once), in one of two ways:
+//  * B a constant (experts' weights) and not read in place (memory.gemm_weights_in_place): each
+//    group's matrix reordered once into the layout oneDNN's brgemm matmul prefers, and one
+//    primitive per row count, made the first time a group has that many rows (0.2-1 ms) and kept.
+//    A group of more than kMaxRowsPerCall rows runs in calls of at most that many, which bounds
+//    the primitives at kMaxRowsPerCall.
+//  * otherwise one primitive whose M is given at run time (oneDNN's jit GEMM, which packs B on
+//    every call) on B as it lies.
+// 8 groups of [N, K] = 4096 x 1024 (Xeon with AMX, 2 threads, ms; prepacked / run-time M /
+// dnnl_sgemm / OpenBLAS sgemm): f32 M = 1: 3.4 / 4.0 / 2.8 / 7.5; M = 8: 5.0 / 7.9 / 9.5 / 10.8;
+// M = 32: 9.5 / 11.9 / 15.7 / 13.3; M = 64: 14.4 / 17.8 / 20.7 / 18.0. bf16 (AMX), prepacked /
+// run-time M: M = 1: 2.2 / 1.3; M = 8: 2.2 / 3.4; M = 32: 3.1 / 4.6; M = 64: 5.6 / 5.8.
 class OneDnnGrouped final : public KernelInstance {
  public:
+  static constexpr int64_t kMaxRowsPerCall = 256;
+
   explicit OneDnnGrouped(const KernelSpec& spec)
       : p_(spec),
         threads_(std::max(spec.threads, 1)),
         type_(spec.inputs[0].dtype == DType::BF16 ? dnnl::memory::data_type::bf16
                                                   : dnnl::memory::data_type::f32),
         element_bytes_(static_cast<int64_t>(dtype_size(spec.inputs[0].dtype))) {
+    // Creation sizes a primitive's work split by the thread count it sees.
+    cpu::LibraryThreads scope(threads_);
     const dnnl::memory::dim runtime = DNNL_RUNTIME_DIM_VAL;
     dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(rows_desc(runtime, p_.k), weights_desc(), rows_desc(runtime, p_.n)),
+        dnnl::matmul::desc(rows_desc(runtime, p_.k), stored_desc(), rows_desc(runtime, p_.n)),
         cpu::user_scratchpad_attr(), cpu::onednn_engine());
     scratchpad_ = pd.scratchpad_desc();
-    primitive_ = dnnl::matmul(pd);
+    runtime_rows_ = dnnl::matmul(pd);
+    if (spec.constant_inputs.size() > 1 && spec.constant_inputs[1] && !spec.gemm_weights_in_place)
+      prepack(spec);
   }
   size_t scratch_bytes() const override { return scratchpad_.get_size(); }
 
@@ -156,35 +172,114 @@ class OneDnnGrouped final : public KernelInstance {
     const dnnl::engine& engine = cpu::onednn_engine();
     cpu::LibraryThreads scope(threads_);
     for (int64_t g = 0; g < p_.groups; ++g) {
-      const int64_t rows = bounds[g + 1] - bounds[g];
-      if (rows == 0) continue;
-      cpu::execute_and_wait(
-          primitive_,
-          {{DNNL_ARG_SRC, dnnl::memory(rows_desc(rows, p_.k), engine, at(in[0], bounds[g] * p_.k))},
-           {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc(), engine, at(in[1], g * p_.k * p_.n))},
-           {DNNL_ARG_DST, dnnl::memory(rows_desc(rows, p_.n), engine, at(out[0], bounds[g] * p_.n))},
-           {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_, engine, scratch)}});
+      for (int64_t row = bounds[g]; row < bounds[g + 1];) {
+        const int64_t rows = packed_ ? std::min(kMaxRowsPerCall, bounds[g + 1] - row)
+                                     : bounds[g + 1] - row;
+        std::unordered_map<int, dnnl::memory> args{
+            {DNNL_ARG_SRC, dnnl::memory(rows_desc(rows, p_.k), engine, at(in[0], row * p_.k))},
+            {DNNL_ARG_DST, dnnl::memory(rows_desc(rows, p_.n), engine, at(out[0], row * p_.n))}};
+        const Prepacked* call = packed_ ? &prepacked_for(rows) : nullptr;
+        if (call && call->primitive) {
+          args.emplace(DNNL_ARG_WEIGHTS,
+                       dnnl::memory(packed_desc_, engine,
+                                    const_cast<std::byte*>(packed_->data<std::byte>()) +
+                                        g * packed_desc_.get_size()));
+          args.emplace(DNNL_ARG_SCRATCHPAD,
+                       dnnl::memory(call->scratchpad, engine, call_scratch(call->scratchpad)));
+          cpu::execute_and_wait(call->primitive, args);
+        } else {
+          args.emplace(DNNL_ARG_WEIGHTS,
+                       dnnl::memory(stored_desc(), engine, at(in[1], g * p_.k * p_.n)));
+          args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_, engine, scratch));
+          cpu::execute_and_wait(runtime_rows_, args);
+        }
+        row += rows;
+      }
     }
     // The rows past the last group: zeros (all-zero bytes in both dtypes).
     std::memset(at(out[0], bounds.back() * p_.n), 0, (p_.s - bounds.back()) * p_.n * element_bytes_);
   }
 
  private:
+  struct Prepacked {
+    dnnl::matmul primitive;  // empty where oneDNN wants another layout: B as stored serves
+    dnnl::memory::desc scratchpad;
+  };
+
   dnnl::memory::desc rows_desc(dnnl::memory::dim rows, int64_t columns) const {
     return dnnl::memory::desc({rows, columns}, type_, {columns, 1});
   }
   // One group's matrix as [K, N], strided as stored, transposed or not.
-  dnnl::memory::desc weights_desc() const {
+  dnnl::memory::desc stored_desc() const {
     return dnnl::memory::desc({p_.k, p_.n}, type_,
                               p_.transpose_b ? dnnl::memory::dims{1, p_.k}
                                              : dnnl::memory::dims{p_.n, 1});
   }
+  dnnl::matmul::primitive_desc fixed_rows_desc(int64_t rows) const {
+    const dnnl::memory::desc any({p_.k, p_.n}, type_, dnnl::memory::format_tag::any);
+    return dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(rows_desc(rows, p_.k), any, rows_desc(rows, p_.n)),
+        cpu::user_scratchpad_attr(), cpu::onednn_engine());
+  }
+
+  // Every group's matrix in the layout the one-row primitive prefers, which oneDNN 2.6.3's
+  // brgemm matmul keeps for every row count (checked for 1 to 1000 rows, f32 and bf16; calls
+  // whose primitive would want another layout read B as stored instead, prepacked_for).
+  void prepack(const KernelSpec& spec) {
+    packed_desc_ = fixed_rows_desc(1).weights_desc();
+    const dnnl::memory::desc stored = stored_desc();
+    const std::string from = cpu::layout_key(stored), to = cpu::layout_key(packed_desc_);
+    if (from.empty() || to.empty() || from == to) return;  // nothing to gain, or no key to share
+    const Tensor& source = *spec.constant_inputs[1];
+    auto reorder_all = [&] {
+      const size_t group_bytes = packed_desc_.get_size();
+      Tensor packed = Tensor::empty(DType::U8, {static_cast<int64_t>(group_bytes * p_.groups)});
+      const dnnl::engine& engine = cpu::onednn_engine();
+      const dnnl::reorder reorder(dnnl::reorder::primitive_desc(engine, stored, engine, packed_desc_));
+      for (int64_t g = 0; g < p_.groups; ++g) {
+        dnnl::memory from(stored, engine,
+                          const_cast<std::byte*>(static_cast<const std::byte*>(source.data())) +
+                              g * p_.k * p_.n * element_bytes_);
+        dnnl::memory to(packed_desc_, engine, packed.data<std::byte>() + g * group_bytes);
+        cpu::execute_and_wait(reorder, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+      }
+      return packed;
+    };
+    const std::string how = "onednn-grouped:" + std::to_string(p_.groups) + ":" + from + "->" + to;
+    packed_ = spec.prepared ? spec.prepared->get(source, how, reorder_all)
+                            : std::make_shared<const Tensor>(reorder_all());
+    source.release_pages();
+  }
+
+  // The primitive for calls of `rows` rows on the prepacked matrices, made on first use.
+  const Prepacked& prepacked_for(int64_t rows) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = by_rows_.find(rows);
+    if (found != by_rows_.end()) return found->second;
+    const dnnl::matmul::primitive_desc pd = fixed_rows_desc(rows);
+    Prepacked made;
+    if (pd.weights_desc() == packed_desc_) made = {dnnl::matmul(pd), pd.scratchpad_desc()};
+    return by_rows_.emplace(rows, std::move(made)).first->second;
+  }
+
+  // The scratchpad of a call on prepacked matrices, whose size depends on its row count: a
+  // buffer of the calling thread's (one run at a time per thread), grown as needed.
+  static void* call_scratch(const dnnl::memory::desc& scratchpad) {
+    thread_local std::vector<std::byte> buffer;
+    if (buffer.size() < scratchpad.get_size()) buffer.resize(scratchpad.get_size());
+    return buffer.data();
+  }
+
   Grouped p_;
   int threads_;
   dnnl::memory::data_type type_;
   int64_t element_bytes_;
   dnnl::memory::desc scratchpad_;
-  dnnl::matmul primitive_;
+  dnnl::matmul runtime_rows_;
+  std::shared_ptr<const Tensor> packed_;  // the matrices in packed_desc_, one after another
+  dnnl::memory::desc packed_desc_;
+  mutable std::mutex mutex_;
+  mutable std::map<int64_t, Prepacked> by_rows_;
 };
 
 std::string onednn_unsupported(const KernelSpec& spec) {

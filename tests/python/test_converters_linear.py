@@ -129,3 +129,31 @@ def test_grouped_mm_forms_kiln_does_not_take_stay_in_pytorch():
     w = torch.randn(2, 8, 16, generator=G).bfloat16()
     report = kiln.explain(lambda a, b: torch._grouped_mm(a, b), x, w)  # batched: no offsets
     assert "no offs" in report.fallback["aten._grouped_mm.default"][1], str(report)
+
+
+class Experts(torch.nn.Module):
+    """Expert weights as parameters (constants to Kiln, which prepacks them), grouped_mm over
+    rows already sorted by expert."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 40, 24, generator=G))  # [E, N, K]
+
+    def forward(self, x, offsets):
+        import transformers.integrations.moe  # noqa: F401
+        return torch.ops.transformers.grouped_mm_fallback(x, self.weight.transpose(-2, -1), offsets)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_grouped_mm_on_experts_weights_prepacked_or_in_place(in_place):
+    model = Experts().eval()
+    options = dict(OPTIONS, **{"memory.gemm_weights_in_place": in_place})
+    compiled = torch.compile(model, backend="kiln", options=options, fullgraph=True)
+    with torch.no_grad():
+        for counts in ([3, 0, 300, 1], [1, 1, 0, 0], [0, 0, 0, 0]):  # 300 rows: calls of 256
+            rows, offsets = expert_rows(counts, 24)
+            torch.testing.assert_close(compiled(rows, offsets), model(rows, offsets))
+    report = kiln.explain(model, rows, offsets, options=options)
+    prepacked = report.partitions[0].memory["prepacked_bytes"]
+    # oneDNN's blocked layout pads N and K up to its blocks: at least the weights' own bytes.
+    assert prepacked == 0 if in_place else prepacked >= 4 * 40 * 24 * 4, str(report)
