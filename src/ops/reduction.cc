@@ -15,7 +15,8 @@
 //   log_softmax(dim)   f32, f64
 //   cumsum(dim)        every dtype; integers and bool give i64
 //   topk(k, dim = -1, largest = true, sorted = true)  numbers; (values, i64 indices), always
-//                      sorted, ties by lower index, NaN above every number
+//                      sorted, ties by lower index, NaN above every number; k = -1 takes every
+//                      element (a sort, also along a symbolic dim)
 //
 // Every reference kernel is one template: reduce_reference walks any set of reduced dims by
 // index arithmetic over the input's strides (no copy) and asks a policy struct (Sum, Mean,
@@ -416,7 +417,7 @@ std::unique_ptr<KernelInstance> reduce_reference(const KernelSpec& spec, const R
 // of x `stride` apart; its outputs start at `offset` in each output, also `stride` apart.
 
 struct LineParams {
-  int64_t k = 0;
+  int64_t k = 0;  // topk's; -1: the whole line
   bool largest = true;
 };
 
@@ -472,11 +473,11 @@ struct Topk {
       if (largest ? better<true>(b, a) : better<true>(a, b)) return false;
       return i < j;
     };
-    const auto kth = order.begin() + params.k;
-    std::partial_sort(order.begin(), kth, order.end(), before);
+    const int64_t count = params.k < 0 ? n : params.k;
+    std::partial_sort(order.begin(), order.begin() + count, order.end(), before);
     T* values = static_cast<T*>(out[0]) + offset;
     int64_t* indices = static_cast<int64_t*>(out[1]) + offset;
-    for (int64_t k = 0; k < params.k; ++k) {
+    for (int64_t k = 0; k < count; ++k) {
       values[k * stride] = x[order[static_cast<size_t>(k)] * stride];
       indices[k * stride] = order[static_cast<size_t>(k)];
     }
@@ -708,13 +709,13 @@ void infer_topk(InferContext& ctx) {
   const int64_t k = ctx.attr_int("k");
   Shape out = x.shape;
   if (x.rank() == 0) {
-    ctx.check(k == 1, "k is " + std::to_string(k) + "; a rank-0 input takes k = 1");
-  } else {
+    ctx.check(k == 1 || k == -1, "k is " + std::to_string(k) + "; a rank-0 input takes k = 1");
+  } else if (k != -1) {  // -1: every element, the dim's size (symbolic or not) kept
     const Dim size = x.shape[dim];
     const int64_t most = size.is_static() ? size.size() : ctx.symbols()[size.symbol()].max;
     ctx.check(k >= 0 && k <= most, "k is " + std::to_string(k) + "; it must be in [0, " +
                                        std::to_string(most) + "] (the size of dim " +
-                                       std::to_string(dim) + ")");
+                                       std::to_string(dim) + ") or -1 (every element)");
     out[dim] = Dim(k);
   }
   ctx.set_output(0, TensorType{x.dtype, out, x.layout});

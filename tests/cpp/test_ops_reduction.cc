@@ -104,6 +104,9 @@ TEST(OpsReduction, InferenceKeepsSymbolicDims) {
   // k up to the symbol's largest size is accepted here and checked again on concrete shapes.
   EXPECT_EQ(g.add_node("topk", {x}, {{"k", int64_t{20}}, {"dim", int64_t{0}}})[0]->type(),
             type(DType::F32, {20, 4, 8}));
+  // k = -1 (a sort) keeps the symbolic dim.
+  EXPECT_EQ(g.add_node("topk", {x}, {{"k", int64_t{-1}}, {"dim", int64_t{0}}})[1]->type(),
+            type(DType::I64, {batch, Dim(4), Dim(8)}));
   EXPECT_EQ(g.add("log_softmax", {x}, one_dim(0))->type(), x->type());
   EXPECT_EQ(g.add("cumsum", {x}, one_dim(-2))->type(), x->type());
   EXPECT_EQ(g.add("std", {x}, {{"dim", Ints{1}}, {"correction", int64_t{0}}})->type(),
@@ -162,7 +165,7 @@ TEST(OpsReduction, InferenceRejectsBadDimsAndDTypes) {
   EXPECT_EQ(output_type("amax", type_of(DType::F32, {0, 3}), dims({1})), type_of(DType::F32, {0}));
   EXPECT_MENTIONS(inference_error("topk", x, {{"k", int64_t{5}}}),
                   "k is 5; it must be in [0, 4] (the size of dim 2)");
-  EXPECT_MENTIONS(inference_error("topk", x, {{"k", int64_t{-1}}}), "k is -1");
+  EXPECT_MENTIONS(inference_error("topk", x, {{"k", int64_t{-2}}}), "k is -2");
   EXPECT_EQ(test::error_code_of([&] { OneNode node("max_dim", {x}); }), ErrorCode::ShapeInference);
 
   Graph g;
@@ -365,6 +368,10 @@ TEST(OpsReduction, ReferenceOpsAlongOneDim) {
   top = topk(test::tensor_of({2, 2}, {1, kNaN, kNaN, 2}), {{"k", int64_t{1}}, {"dim", int64_t{0}}});
   expect_floats(top[0], {1, 2}, {kNaN, kNaN});
   expect_values<int64_t>(top[1], DType::I64, {1, 2}, {1, 0});
+  // k = -1 (sort): every element, in order, ties by lower index.
+  top = topk(ties, {{"k", int64_t{-1}}, {"largest", false}});
+  expect_floats(top[0], {4}, {1, 1, 3, 3});
+  expect_values<int64_t>(top[1], DType::I64, {4}, {0, 3, 1, 2});
 }
 
 // ---------------------------------------------------------------- AVX2 kernels

@@ -138,14 +138,24 @@ def test_model_under_dynamic_image_sizes_matches_eager(name):
     torch._dynamo.reset()
 
 
-def test_llama_decoding_under_dynamic_shapes_is_one_kiln_graph():
+DECODERS = {
+    "llama": (T.LlamaForCausalLM, T.LlamaConfig, {}),
+    # Experts' rows sorted along the symbolic token count (sort as topk with k = -1).
+    "mixtral": (T.MixtralForCausalLM, T.MixtralConfig,
+                {"num_local_experts": 4, "num_experts_per_tok": 2}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+def test_decoding_under_dynamic_shapes_is_one_kiln_graph(name):
     """Greedy decoding with a DynamicCache through torch.compile(dynamic=True): the prompt and
     every step run with no op left to PyTorch (the cache position, a size added to a tensor, is
     computed by the graph: dim_size), and the tokens are eager's."""
-    config = T.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=128, vocab_size=100)
+    model_class, config_class, extra = DECODERS[name]
+    config = config_class(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, intermediate_size=128, vocab_size=100, **extra)
     torch.manual_seed(0)
-    model = T.LlamaForCausalLM(config).eval()
+    model = model_class(config).eval()
     prompt = torch.randint(3, 100, (1, 9), generator=torch.Generator().manual_seed(4))
     torch._dynamo.reset()
     forward = torch.compile(model.forward, backend="kiln", dynamic=True,

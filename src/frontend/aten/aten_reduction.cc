@@ -91,17 +91,16 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
     Value* y = ctx.add("cumsum", {x}, {{"dim", ctx.integer("dim")}});
     return {dtype ? ctx.cast(y, *dtype) : y};
   });
-  // sort(x, dim, descending): topk of every element along dim, sorted, ties by lower index (the
-  // stable order, which the unstable sort may also give), NaN above every number as in sort.
+  // sort(x, dim, descending): topk of every element along dim (k = -1, symbolic dims too),
+  // sorted, ties by lower index (the stable order, which the unstable sort may also give), NaN
+  // above every number as in sort.
   for (const char* overload : {".default", ".stable"})
     r.add(std::string("aten.sort") + overload, [](ConvertContext& ctx) -> std::vector<Value*> {
       Value* x = ctx.tensor("self");
       // A 0-d tensor's dims wrap as a 1-d one's, as in PyTorch.
       const int64_t dim = ctx.dim("dim", std::max<size_t>(x->type().rank(), 1));
-      const Dim n = x->type().rank() == 0 ? Dim(1) : x->type().shape[static_cast<size_t>(dim)];
-      if (!n.is_static()) ctx.unsupported("sort along a dynamic dim");
       return ctx.graph().add_node("topk", {x},
-                                  {{"k", n.size()}, {"dim", dim},
+                                  {{"k", int64_t{-1}}, {"dim", dim},
                                    {"largest", ctx.boolean("descending")}, {"sorted", true}},
                                   ctx.node_name());
     });
