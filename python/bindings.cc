@@ -865,13 +865,15 @@ NB_MODULE(_C, m) {
             d["placement"] = m.placement;
             d["schedule"] = m.schedule;
             d["prepacked_bytes"] = m.prepacked_bytes;
+            d["released_constant_bytes"] = m.released_constant_bytes;
             return d;
           },
           "input_sizes"_a,
           "What the memory planner did for these input sizes: a dict with arena_bytes, "
           "intermediate_bytes (all intermediates unshared), peak_live_bytes (the lower bound), "
-          "buffers, in_place, placement, schedule and prepacked_bytes (weights reordered for the "
-          "kernels, shared by every plan of the graph).")
+          "buffers, in_place, placement, schedule, prepacked_bytes (weights reordered for the "
+          "kernels, shared by every plan of the graph) and released_constant_bytes (constants the "
+          "compile made, folded weights, dropped since only prepacked copies are read).")
       .def("cached_plans", &CompiledGraph::cached_plans,
            "The input sizes of the cached plans, most recently used first (gears included).")
       .def("memory_plan", &CompiledGraph::memory_plan, "input_sizes"_a, "format"_a = "table",
@@ -1020,8 +1022,9 @@ NB_MODULE(_C, m) {
          std::string dump_type, std::string dump_path, size_t memory_reuse_threshold,
          std::string memory_optimization_level, std::shared_ptr<MemoryPool> memory_pool,
          std::vector<std::vector<std::vector<int64_t>>> gears, bool pad_to_gear,
-         std::string profile_path, bool gemm_weights_in_place) {
+         std::string profile_path, bool gemm_weights_in_place, bool release_prepacked_constants) {
         CompileOptions options;
+        options.release_prepacked_constants = release_prepacked_constants;
         options.gemm_weights_in_place = gemm_weights_in_place;
         options.profile_path = std::move(profile_path);
         options.gears = std::move(gears);
@@ -1047,5 +1050,6 @@ NB_MODULE(_C, m) {
       "memory_optimization_level"_a = "default", "memory_pool"_a.none() = nb::none(),
       "gears"_a = std::vector<std::vector<std::vector<int64_t>>>(), "pad_to_gear"_a = false,
       "profile_path"_a = "", "gemm_weights_in_place"_a = false,
+      "release_prepacked_constants"_a = true,
       "Compiles a graph (the graph is copied; later edits don't affect the result).");
 }

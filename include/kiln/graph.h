@@ -152,6 +152,9 @@ class Graph {
   void replace_all_uses(Value* from, Value* to);
   void remove_node(Node* node);  // the node's outputs must have no users
   void remove_constant(Value* constant);  // must have no users and not be a graph output
+  // Keeps the constant's type and uses but drops its data (Tensor::without_data): for a compiled
+  // graph whose kernels read only prepared copies of it (CompileOptions::release_prepacked_constants).
+  void release_constant_data(Value* constant);
   // Restores topological order after rewrites that appended nodes out of order.
   void topological_sort();
 
@@ -167,6 +170,7 @@ class Graph {
  private:
   friend struct GraphTestAccess;
   Value* new_value(Value::Kind kind, const std::string& name, TensorType type);
+  Value* new_constant(const std::string& name, Tensor data);  // add_constant, unchecked
   // Throws E10001 for a null value or one that belongs to another graph.
   void check_owned(const Value* v, const std::string& where) const;
   Node* append_node(const std::string& op, const std::vector<Value*>& inputs, AttrMap attrs,

@@ -57,6 +57,9 @@ class Tensor {
   // process (madvise MADV_DONTNEED), once a prepared copy serves the kernels that read it.
   // Nothing for any other tensor, whose memory holds the only copy.
   void release_pages() const;
+  // The same dtype and sizes without data (defined() is false unless it is empty): a constant
+  // that a compiled graph dropped once prepared copies served every kernel reading it.
+  Tensor without_data() const;
   // Byte-wise equality of dtype, sizes and contents.
   bool same_contents(const Tensor& other) const;
   // Value equality (attributes holding tensors compare by contents).

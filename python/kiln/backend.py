@@ -323,6 +323,9 @@ class Report:
                     lines.append(f"    weights reordered for the kernels: {m['prepacked_bytes']} "
                                  f"bytes (memory.gemm_weights_in_place reads GEMM weights as "
                                  f"stored instead)")
+                if m["released_constant_bytes"]:
+                    lines.append(f"    constants made by the compile (folded weights) released "
+                                 f"after prepacking: {m['released_constant_bytes']} bytes")
         lines.append(f"{sum(n for n, _ in self.fallback.values())} op(s) left in PyTorch")
         for target, (n, why) in self.fallback.items():
             lines.append(f"  {target} x{n}: {why}")

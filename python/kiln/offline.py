@@ -174,7 +174,9 @@ def export(model, example_inputs: Sequence, path: str | os.PathLike,
     if summary:
         raise error("E50001", "an offline model can't fall back to PyTorch, but these ops can't "
                     "run in Kiln:\n" + summary)
-    compiled = _C.compile(_C.import_fx(graph_json, constants), **options)
+    # The file holds the folded weights the kernels prepack: the graph must keep them.
+    compiled = _C.compile(_C.import_fx(graph_json, constants), **options,
+                          release_prepacked_constants=False)
     _C.save_model(compiled, os.fspath(path), torch_version=torch.__version__,
                   properties={"source": f"{type(model).__module__}.{type(model).__qualname__}",
                               "config": repr(config)})

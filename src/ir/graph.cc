@@ -96,6 +96,10 @@ Value* Graph::add_input(const std::string& name, TensorType type) {
 Value* Graph::add_constant(const std::string& name, Tensor data) {
   if (!data.defined())
     throw_error(ErrorCode::InvalidArgument, "constant '", name, "' has no data");
+  return new_constant(name, std::move(data));
+}
+
+Value* Graph::new_constant(const std::string& name, Tensor data) {
   Value* v = new_value(Value::Kind::Constant, name,
                        TensorType{data.dtype(), make_shape(data.sizes()), Layout::Plain});
   v->constant_ = std::move(data);
@@ -234,6 +238,12 @@ void Graph::remove_constant(Value* constant) {
                              [&](const auto& v) { return v.get() == constant; }));
 }
 
+void Graph::release_constant_data(Value* constant) {
+  KILN_ASSERT(constant->graph_ == this && constant->kind_ == Value::Kind::Constant,
+              "release_constant_data on %" << constant->name_ << ", not a constant of this graph");
+  constant->constant_ = constant->constant_.without_data();
+}
+
 void Graph::topological_sort() {
   // Kahn's algorithm, taking ready nodes in their current order so sorted graphs are unchanged.
   std::unordered_map<const Node*, size_t> pending;
@@ -286,7 +296,8 @@ std::unique_ptr<Graph> Graph::clone() const {
   g->symbols_ = symbols_;
   std::unordered_map<const Value*, Value*> map;
   for (Value* in : inputs_) map[in] = g->add_input(in->name_, in->type_);
-  for (Value* c : constants_) map[c] = g->add_constant(c->name_, c->constant_);
+  // Released constants (release_constant_data) stay released.
+  for (Value* c : constants_) map[c] = g->new_constant(c->name_, c->constant_);
   for (const auto& n : nodes_) {
     std::vector<Value*> ins;
     for (Value* in : n->inputs_) {

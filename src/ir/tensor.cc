@@ -88,6 +88,13 @@ void Tensor::release_pages() const {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+Tensor Tensor::without_data() const {
+  Tensor t;
+  t.dtype_ = dtype_;
+  t.sizes_ = sizes_;
+  return t;
+}
+
 bool Tensor::same_contents(const Tensor& other) const {
   if (defined() != other.defined()) return false;
   if (!defined()) return true;

@@ -224,13 +224,15 @@ std::string print(const Graph& graph, bool annotations, size_t max_constant_byte
   for (const Value* c : graph.constants()) {
     // The data decides the type: the hex must hold exactly its bytes.
     const Tensor& data = c->constant();
-    if (data.nbytes() > max_constant_bytes) {
-      // Dumps of real models would hold every weight once per stage.
+    // Dumps of real models would hold every weight once per stage; a compiled graph may have
+    // released a constant's data (CompileOptions::release_prepacked_constants).
+    if (data.nbytes() > max_constant_bytes || !data.defined()) {
       out += "  input ";
       append_sigil_name(out, '%', c->name());
       out += " : ";
       append_type(out, c->type(), symbols);
-      out += "  # constant, " + std::to_string(data.nbytes()) + " bytes elided\n";
+      out += "  # constant, " + std::to_string(data.nbytes()) +
+             (data.defined() ? " bytes elided\n" : " bytes released after prepacking\n");
       continue;
     }
     out += "  const ";

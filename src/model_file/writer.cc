@@ -44,6 +44,11 @@ json options_json(const CompileOptions& o) {
 std::vector<uint8_t> serialize_model(const CompiledGraph& compiled, const ModelMetadata& metadata) {
   const Graph& graph = compiled.graph();
   const SymbolTable& symbols = graph.symbols();
+  for (const Value* c : graph.constants())
+    if (!c->constant().defined())
+      throw_error(ErrorCode::InvalidArgument, "graph '", graph.name(), "' can't be saved: its "
+                  "constant '", c->name(), "' was released after its kernels prepacked it; "
+                  "compile with release_prepacked_constants = false to save it (kiln.export does)");
 
   json meta = {{"producer", std::string("kiln ") + KILN_VERSION},
                {"torch_version", metadata.torch_version},

@@ -126,6 +126,9 @@ class Conv1dKernel final : public KernelInstance {
   Conv1dKernel(std::unique_ptr<Graph> graph, std::unique_ptr<KernelInstance> conv2d)
       : graph_(std::move(graph)), conv2d_(std::move(conv2d)) {}
   size_t scratch_bytes() const override { return conv2d_->scratch_bytes(); }
+  bool reads_input_at_run_time(size_t input) const override {
+    return conv2d_->reads_input_at_run_time(input);
+  }
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {
     conv2d_->run(inputs, outputs, scratch);

@@ -103,6 +103,9 @@ class KernelInstance {
  public:
   virtual ~KernelInstance() = default;
   virtual size_t scratch_bytes() const { return 0; }
+  // False for a constant input that the kernel prepared a copy of at creation and never reads
+  // at run time: when no kernel reads a constant the compile made, the compiled graph drops it.
+  virtual bool reads_input_at_run_time(size_t /*input*/) const { return true; }
   virtual void run(std::span<const void* const> inputs, std::span<void* const> outputs,
                    void* scratch) const = 0;
 };

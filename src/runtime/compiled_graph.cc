@@ -27,6 +27,8 @@ struct CompiledGraph::Impl {
   // every weight, and holds no second copy of them.
   PreparedConstants prepared;
   KernelCache kernels;  // kernels shared by the plans of several shapes
+  // release_prepacked_constants on a graph whose plans are all made at compile; else null.
+  std::unique_ptr<ConstantRelease> release;
 
   // One plan cache for every shape: LRU over the unpinned entries; gears are pinned entries.
   struct CacheEntry {
@@ -334,8 +336,11 @@ void CompiledGraph::Impl::check_gears() {
 
 std::shared_ptr<const ExecPlan> CompiledGraph::Impl::make_plan(
     const std::vector<std::vector<int64_t>>& sizes) {
-  auto plan =
-      std::make_shared<const ExecPlan>(*graph, sizes, options, threads, &prepared, &kernels);
+  KILN_ASSERT(!release || release->plans_left() > 0,
+              "graph '" << graph->name() << "' released constants and can't make a new plan");
+  auto plan = std::make_shared<const ExecPlan>(*graph, sizes, options, threads, &prepared,
+                                               &kernels, release.get());
+  if (release) release->plan_made();
   if (options.dump_type.empty()) return plan;
   // Partition and select run per plan (they need shapes): the dump is the graph with each
   // node's kernel, engine and engine subgraph; a symbolic graph's plans are told apart by shape.
@@ -387,6 +392,9 @@ std::shared_ptr<const CompiledGraph> CompiledGraph::compile(const Graph& graph,
   impl->pipeline_report = default_pipeline().run(*impl->graph, pipeline_options);
   bool all_static = true;
   for (const Value* in : impl->graph->inputs()) all_static &= is_static(in->type().shape);
+  if (options.release_prepacked_constants && (all_static || !options.gears.empty()))
+    impl->release = std::make_unique<ConstantRelease>(*impl->graph, graph,
+                                                      all_static ? 1 : options.gears.size());
   if (all_static) {
     std::vector<std::vector<int64_t>> sizes;
     for (const Value* in : impl->graph->inputs()) sizes.push_back(static_sizes(in->type().shape));
@@ -427,6 +435,7 @@ MemoryStats CompiledGraph::memory_stats(
   impl_->check_input_sizes(input_sizes);
   MemoryStats stats = impl_->plan_for(impl_->route(input_sizes))->memory_stats();
   stats.prepacked_bytes = impl_->prepared.held_bytes();
+  stats.released_constant_bytes = impl_->release ? impl_->release->released_bytes() : 0;
   return stats;
 }
 

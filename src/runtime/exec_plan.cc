@@ -151,7 +151,7 @@ MemoryLayout lay_out(const LayoutInput& in, std::vector<size_t> order, std::stri
 
 ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
                    const CompileOptions& options, int threads, PreparedConstants* prepared,
-                   KernelCache* kernels)
+                   KernelCache* kernels, ConstantRelease* release)
     : graph_(&graph) {
   std::unordered_map<const Value*, TensorType> types;
   std::unordered_map<const Value*, size_t> slot_of;
@@ -166,7 +166,7 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
   }
   for (const Value* v : graph.constants()) {
     types[v] = v->type();
-    new_slot(v, Slot{Slot::Kind::Constant, 0, v->constant().data()});
+    new_slot(v, Slot{Slot::Kind::Constant, 0, &v->constant()});
   }
 
   // The first listing of a node's output among the graph outputs is written in place.
@@ -208,6 +208,10 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
       KernelChoice made = select_kernel(*def, spec, options.kernel_policy);
       choice = {made.kernel, std::move(made.instance)};
     }
+    if (release)
+      for (size_t i = 0; i < node->inputs().size(); ++i)
+        if (node->input(i)->kind() == Value::Kind::Constant)
+          release->planned(node->input(i), choice.instance->reads_input_at_run_time(i));
     PlanStep step{node, choice.kernel->name, std::move(choice.instance), {}, {}, 0};
     step.in_place_inputs = choice.kernel->in_place_inputs;
     step.output_aliases_input = choice.kernel->output_aliases_input;
@@ -385,7 +389,7 @@ void ExecPlan::run(const std::vector<TensorView>& inputs, const std::vector<void
     const Slot& slot = slots_[i];
     switch (slot.kind) {
       case Slot::Kind::Input: context->slot_pointers[i] = inputs[slot.index].data; break;
-      case Slot::Kind::Constant: context->slot_pointers[i] = const_cast<void*>(slot.constant); break;
+      case Slot::Kind::Constant: context->slot_pointers[i] = slot.constant->data(); break;
       case Slot::Kind::Arena: context->slot_pointers[i] = arena + slot.index; break;
       case Slot::Kind::Output: context->slot_pointers[i] = outputs[slot.index]; break;
     }

@@ -9,6 +9,7 @@
 
 #include "kiln/runtime.h"
 #include "ops/op_registry.h"
+#include "runtime/constant_release.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/memory_planner.h"
 
@@ -19,7 +20,7 @@ struct Slot {
   enum class Kind : uint8_t { Input, Constant, Arena, Output };
   Kind kind;
   size_t index = 0;  // input or output position, or arena offset
-  const void* constant = nullptr;
+  const Tensor* constant = nullptr;  // the graph's, read at each run: it may have been released
 };
 
 struct PlanStep {
@@ -48,10 +49,11 @@ class ExecPlan {
  public:
   // Binds `graph` to `input_sizes` (already validated) and prepares every kernel; kernels share
   // their prepared constants through `prepared`, and take the kernels other plans of the graph
-  // made for the same node and sizes from `kernels` (each may be null).
+  // made for the same node and sizes from `kernels`; `release` hears of each constant use its
+  // kernel was made for (each may be null).
   ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& input_sizes,
            const CompileOptions& options, int threads, PreparedConstants* prepared,
-           KernelCache* kernels = nullptr);
+           KernelCache* kernels = nullptr, ConstantRelease* release = nullptr);
 
   const std::vector<std::vector<int64_t>>& output_sizes() const { return output_sizes_; }
   const std::vector<DType>& output_dtypes() const { return output_dtypes_; }

@@ -84,6 +84,8 @@ void check_kernels_against_reference(const MatmulCase& c, DType dtype = DType::F
         spec, [&](const KernelSpec& f32) { return cpu::create_onednn_matmul(geometry, f32); });
     Tensor got = run_instance(*widened, spec, m.inputs);
     test::expect_within_dot_bound(got, expected, magnitude, k, "widened " + c.name());
+    // A constant B is read from the f32 GEMM's prepacked copy: the graph may release it.
+    EXPECT_EQ(widened->reads_input_at_run_time(1), !c.b_constant) << c.name();
   }
 }
 

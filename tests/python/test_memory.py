@@ -127,3 +127,26 @@ def test_report_names_the_reordered_weights_and_the_option_that_drops_them():
     in_place = kiln.explain(model, x, options={"memory.gemm_weights_in_place": True})
     assert in_place.partitions[0].memory["prepacked_bytes"] == 0
     assert "reordered for the kernels" not in str(in_place)
+
+
+def test_folded_batch_norm_weights_are_released_but_exported(tmp_path):
+    # torch.compile's static graph drops the weights folded from the batch norm once oneDNN
+    # prepacked them; kiln.export of the same model still writes them.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(16), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 8, 10, 10)
+    report = kiln.explain(model, x)
+    folded_bytes = model[0].weight.numel() * 4
+    assert report.partitions[0].memory["released_constant_bytes"] == folded_bytes, str(report)
+    assert "released after prepacking" in str(report)
+    with torch.no_grad():
+        expected = model(x)
+        torch.testing.assert_close(torch.compile(model, backend="kiln")(x), expected,
+                                   rtol=1e-4, atol=1e-4)
+        path = tmp_path / "conv_bn.kiln"
+        kiln.export(model, (x,), path)
+        torch.testing.assert_close(kiln.load(path)(x), expected, rtol=1e-4, atol=1e-4)

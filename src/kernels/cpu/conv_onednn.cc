@@ -122,6 +122,7 @@ class OneDnnConv2d final : public KernelInstance {
   }
 
   size_t scratch_bytes() const override { return residual_copy_offset() + residual_copy_bytes(); }
+  bool reads_input_at_run_time(size_t input) const override { return input != 1 || !packed_w_; }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {

@@ -53,6 +53,7 @@ class OneDnnConvTranspose2d final : public KernelInstance {
   }
 
   size_t scratch_bytes() const override { return scratchpad_desc_.get_size(); }
+  bool reads_input_at_run_time(size_t input) const override { return input != 1 || !packed_w_; }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {

@@ -30,7 +30,8 @@ class WidenedBf16 final : public KernelInstance {
       : widen_(cast_fn(DType::BF16, DType::F32, widen_reference)),
         narrow_(cast_fn(DType::F32, DType::BF16, narrow_reference)),
         wide_constants_(spec.inputs.size()),
-        wide_constant_data_(spec.inputs.size(), nullptr) {
+        wide_constant_data_(spec.inputs.size(), nullptr),
+        constant_(spec.inputs.size(), false) {
     KILN_ASSERT(spec.outputs.size() == 1 && spec.inputs.size() <= kMaxInputs,
                 "widened bf16 kernel for " << spec.node.op() << " with " << spec.inputs.size()
                                            << " inputs and " << spec.outputs.size() << " outputs");
@@ -43,6 +44,7 @@ class WidenedBf16 final : public KernelInstance {
       const int64_t n = num_elements(spec.input_sizes(i));
       const Tensor* constant = i < spec.constant_inputs.size() ? spec.constant_inputs[i] : nullptr;
       if (constant) {
+        constant_[i] = true;
         wide_constants_[i] = Tensor::empty(DType::F32, constant->sizes());
         widen_(constant->data(), wide_constants_[i].data(), n);
         f32.constant_inputs[i] = &wide_constants_[i];
@@ -58,9 +60,19 @@ class WidenedBf16 final : public KernelInstance {
     }
     inner_ = create_f32(f32);
     inner_offset_ = take(static_cast<int64_t>(inner_->scratch_bytes()));
+    // An f32 copy that the f32 kernel prepared its own copy of is read by nobody.
+    for (size_t i = 0; i < wide_constants_.size(); ++i)
+      if (wide_constant_data_[i] && !inner_->reads_input_at_run_time(i)) {
+        wide_constants_[i] = Tensor();
+        wide_constant_data_[i] = nullptr;
+      }
   }
 
   size_t scratch_bytes() const override { return scratch_bytes_; }
+  // A bf16 constant is read from its f32 copy, or from the f32 kernel's prepared one.
+  bool reads_input_at_run_time(size_t input) const override {
+    return !constant_.at(input) && inner_->reads_input_at_run_time(input);
+  }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {
@@ -95,6 +107,7 @@ class WidenedBf16 final : public KernelInstance {
   CastArrayFn widen_, narrow_;
   std::vector<Tensor> wide_constants_;  // per input: its f32 copy when a bf16 constant
   std::vector<const void*> wide_constant_data_;  // that copy's data, else null
+  std::vector<bool> constant_;          // per input: a bf16 constant (read from a copy)
   std::vector<Widened> widened_;        // the bf16 inputs widened on each run
   int64_t output_elements_ = 0;         // of a bf16 output, computed in f32 first; else 0
   size_t output_offset_ = 0, inner_offset_ = 0, scratch_bytes_ = 0;
