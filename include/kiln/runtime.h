@@ -68,7 +68,8 @@ struct MemoryStats {
 // One node's execution, reported to a RunObserver after its kernel returned. The views hold
 // the node's concrete dtypes and sizes (contiguous; a blocked layout is the node's output
 // type's, node.output(i)->type().layout) and point into the run's memory: valid only during
-// on_node, and an input may already be overwritten by an output written in place over it.
+// on_node, and an input may already be overwritten by an output written in place over it; a
+// constant the graph released after prepacking it (release_prepacked_constants) has no data.
 struct NodeRun {
   const Graph& graph;          // the optimized graph the plan runs
   const Node& node;            // op(), name(), annotations: origin (source, aten, fx) and more
