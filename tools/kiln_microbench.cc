@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,14 +50,16 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: kiln_microbench [--sections peak,gemm,conv,elementwise,overhead] [--threads N]\n"
     "                       [--min-seconds S] [--elementwise-mib N] [--conv-reference]\n"
-    "                       [--smoke] [--json PATH]\n"
+    "                       [--cold] [--smoke] [--json PATH]\n"
     "Measures Kiln's kernels against the machine's fp32 FMA peak and memcpy bandwidth and\n"
     "writes the figures as JSON (to stdout without --json). --threads: threads per kernel\n"
     "(default: OpenMP's, every core). --min-seconds: timed seconds per measurement (default\n"
     "0.3). --elementwise-mib: tensor size of the elementwise section (default: twice the\n"
     "last-level cache, at least 64). --conv-reference: also time conv2d's reference kernel\n"
-    "(double-precision loops: minutes). --smoke: tiny shapes and short runs, to check that\n"
-    "everything runs; exits 1 if a kernel's result differs from the reference kernel's.\n";
+    "(double-precision loops: minutes). --cold: gemm and conv evict the caches before each\n"
+    "timed call, so that weights and inputs come from memory as inside a network. --smoke:\n"
+    "tiny shapes and short runs, to check that everything runs; exits 1 if a kernel's\n"
+    "result differs from the reference kernel's.\n";
 
 const std::vector<std::string> kSections = {"peak", "gemm", "conv", "elementwise", "overhead"};
 
@@ -66,6 +69,7 @@ struct Options {
   double min_seconds = 0.3;
   int64_t elementwise_mib = 0;
   bool conv_reference = false;
+  bool cold = false;
   bool smoke = false;
   std::string json_path;
 };
@@ -111,6 +115,8 @@ Options parse_options(int argc, char** argv) {
       o.elementwise_mib = static_cast<int64_t>(number(i));
     } else if (arg == "--conv-reference") {
       o.conv_reference = true;
+    } else if (arg == "--cold") {
+      o.cold = true;
     } else if (arg == "--smoke") {
       o.smoke = true;
     } else if (arg == "--json") {
@@ -129,19 +135,26 @@ double seconds_since(Clock::time_point start) {
 }
 
 // One untimed call, then timed calls until at least `min_runs` runs and `min_seconds` in total,
-// or 4 * min_seconds whatever the count (one run of a slow reference kernel is enough). Rates
-// are computed from min_s.
+// or 4 * min_seconds whatever the count (one run of a slow reference kernel is enough), each
+// after an untimed `before` (when given), which counts towards that cap. Rates are computed
+// from min_s.
 struct Timing {
   double median_s = 0, min_s = 0;
   int runs = 0;
 };
 template <typename Fn>
-Timing time_calls(const Fn& fn, double min_seconds, int min_runs = 3) {
+Timing time_calls(const Fn& fn, double min_seconds, int min_runs = 3,
+                  const std::function<void()>& before = {}) {
   fn();
   std::vector<double> seconds;
-  double total = 0;
+  double total = 0, untimed = 0;
   while ((static_cast<int>(seconds.size()) < min_runs || total < min_seconds) &&
-         (seconds.empty() || total < 4 * min_seconds)) {
+         (seconds.empty() || total + untimed < 4 * min_seconds)) {
+    if (before) {
+      auto start = Clock::now();
+      before();
+      untimed += seconds_since(start);
+    }
     auto start = Clock::now();
     fn();
     seconds.push_back(seconds_since(start));
@@ -149,6 +162,19 @@ Timing time_calls(const Fn& fn, double min_seconds, int min_runs = 3) {
   }
   std::sort(seconds.begin(), seconds.end());
   return {seconds[seconds.size() / 2], seconds.front(), static_cast<int>(seconds.size())};
+}
+
+// Writes a buffer of twice the last-level cache (at least 64 MiB) on every thread, so that
+// what a kernel reads next comes from memory: inside a network, a layer's weights were last
+// read a whole forward pass ago.
+void evict_caches() {
+  static std::vector<char> buffer(
+      static_cast<size_t>(std::max<int64_t>(64 << 20, 2 * cpu::last_level_cache_bytes())));
+  static char generation = 0;
+  ++generation;
+  const int64_t lines = static_cast<int64_t>(buffer.size() / 64);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < lines; ++i) buffer[static_cast<size_t>(i) * 64] = generation;
 }
 
 void progress(const std::string& line) { std::cerr << "kiln_microbench: " << line << std::endl; }
@@ -280,7 +306,8 @@ class OneNode {
     Timing timing;
     Tensor output;  // output 0 after the timed runs
   };
-  Result run(const KernelDef& k, double min_seconds) const {
+  // With `cold`, each timed call starts with the caches evicted (evict_caches).
+  Result run(const KernelDef& k, double min_seconds, bool cold) const {
     std::unique_ptr<KernelInstance> instance = k.create(spec_);
     std::vector<Tensor> outputs;
     std::vector<void*> output_ptrs;
@@ -290,7 +317,7 @@ class OneNode {
     }
     Tensor scratch = Tensor::empty(DType::U8, {static_cast<int64_t>(instance->scratch_bytes())});
     Timing t = time_calls([&] { instance->run(inputs_, output_ptrs, scratch.data()); },
-                          min_seconds);
+                          min_seconds, 3, cold ? evict_caches : std::function<void()>());
     return {t, outputs.at(0)};
   }
 
@@ -342,7 +369,8 @@ Json bench_kernels(const OneNode& node, double flop, double bytes, double peak_g
     std::string why = k.unsupported_reason ? k.unsupported_reason(node.spec()) : "";
     if (!why.empty()) r["not_selected_because"] = why;
     try {
-      OneNode::Result result = node.run(k, is_reference ? o.min_seconds / 3 : o.min_seconds);
+      OneNode::Result result =
+          node.run(k, is_reference ? o.min_seconds / 3 : o.min_seconds, o.cold);
       // Rates from the fastest run: on a shared machine the slower ones measure the other jobs.
       const double s = result.timing.min_s;
       r["ms_median"] = result.timing.median_s * 1e3;
@@ -672,6 +700,7 @@ int run_main(int argc, char** argv) {
   const Options o = parse_options(argc, argv);
   Json out = {{"threads", o.threads},
               {"smoke", o.smoke},
+              {"cold", o.cold},
               {"min_seconds", o.min_seconds},
               {"cpu",
                {{"avx2_fma", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")},

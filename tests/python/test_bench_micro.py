@@ -43,6 +43,18 @@ def test_smoke_run_writes_json_and_markdown(tmp_path):
         assert heading in markdown
 
 
+def test_cold_run_says_so(tmp_path):
+    paths = {kind: tmp_path / f"cold.{kind}" for kind in ("json", "md")}
+    run = subprocess.run(
+        [sys.executable, "-m", "kiln.bench.micro", "--smoke", "--cold", "--sections", "gemm",
+         "--threads", "2", "--json", str(paths["json"]), "--markdown", str(paths["md"])],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    m = json.loads(paths["json"].read_text())["micro"]
+    assert m["cold"] and m["gemm"] and not m["mismatch_vs_reference"]
+    assert "ran cold" in paths["md"].read_text()
+
+
 def _kernel(name, **figures):
     return {"name": name, **figures}
 

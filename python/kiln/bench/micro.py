@@ -222,7 +222,9 @@ def markdown(results: dict) -> str:
              f"{machine['memory_gib']} GiB; ISA {', '.join(machine['isa'])}; "
              f"kernels on {threads} thread(s). Command: `{results['command']}`", "",
              "Rates and times are from the fastest of each measurement's runs (the medians are "
-             "in the JSON).", ""]
+             "in the JSON)."
+             + (" GEMMs and convolutions ran cold: the caches evicted before each timed call, "
+                "as a layer's weights are inside a network." if m.get("cold") else ""), ""]
     peak = m.get("peak", {})
     peak_all = peak.get("gflops", {}).get(str(threads))
     if "peak" in m:
@@ -326,6 +328,9 @@ def _parser() -> argparse.ArgumentParser:
                              "last-level cache, at least 64)")
     parser.add_argument("--conv-reference", action="store_true",
                         help="also time conv2d's reference kernel (minutes)")
+    parser.add_argument("--cold", action="store_true",
+                        help="gemm and conv: evict the caches before each timed call, so that "
+                             "weights come from memory as inside a network")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes and short runs: checks that everything runs")
     parser.add_argument("--binary", help="the kiln_microbench program (default: found beside "
@@ -354,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         program_args += ["--elementwise-mib", str(args.elementwise_mib)]
     if args.conv_reference:
         program_args.append("--conv-reference")
+    if args.cold:
+        program_args.append("--cold")
     if args.smoke:
         program_args.append("--smoke")
 
