@@ -135,7 +135,7 @@ struct CompileOptions {
   // the compile made itself (a batch norm folded into a convolution's weights, a weight cast to
   // bf16) that no kernel reads at run time, every one reading a copy prepacked into its layout:
   // otherwise the folded weights stay resident beside their prepacked copies and the model's own
-  // (ResNet-50: 98 MB). The caller's constants are never touched. The graph keeps their types;
+  // (ResNet-50: 94 MB). The caller's constants are never touched. The graph keeps their types;
   // save_model needs their data, so kiln.export compiles with this off.
   bool release_prepacked_constants = true;
   // Non-null: plans borrow their arena from this pool, shared with other compiled graphs

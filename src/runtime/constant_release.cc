@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <unordered_set>
 
-
 namespace kiln {
 
 ConstantRelease::ConstantRelease(Graph& graph, const Graph& source, size_t plans)
