@@ -229,25 +229,32 @@ std::unique_ptr<KernelInstance> layer_norm_reference_bf16(const KernelSpec& spec
 
 #ifdef KILN_X86
 template <typename T>
-std::unique_ptr<KernelInstance> layer_norm_avx2_of(const KernelSpec& spec) {
-  return layer_norm_kernel(spec, [](const void* x, const void* w, const void* b, void* y,
-                                    Extents e, double eps, int threads) {
-    cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
-      cpu::avx2::layer_norm(static_cast<const T*>(x) + begin * e.n, static_cast<const T*>(w),
-                            static_cast<const T*>(b), static_cast<T*>(y) + begin * e.n,
-                            end - begin, e.n, eps);
-    });
-  });
-}
+using LayerNormRows = void (*)(const T*, const T*, const T*, T*, int64_t, int64_t, double);
 
-std::unique_ptr<KernelInstance> layer_norm_avx2(const KernelSpec& spec) {
-  return spec.inputs[0].dtype == DType::BF16 ? layer_norm_avx2_of<cpu::BFloat16>(spec)
-                                             : layer_norm_avx2_of<float>(spec);
+// A vectorized layer norm (cpu::avx2::layer_norm, cpu::avx512::layer_norm: f32 and bf16
+// overloads) on each thread's rows.
+template <LayerNormRows<float> kF32, LayerNormRows<cpu::BFloat16> kBf16>
+std::unique_ptr<KernelInstance> layer_norm_vectorized(const KernelSpec& spec) {
+  auto rows_kernel = [&]<typename T>(LayerNormRows<T> rows) {
+    return layer_norm_kernel(spec, [rows](const void* x, const void* w, const void* b, void* y,
+                                          Extents e, double eps, int threads) {
+      cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+        rows(static_cast<const T*>(x) + begin * e.n, static_cast<const T*>(w),
+             static_cast<const T*>(b), static_cast<T*>(y) + begin * e.n, end - begin, e.n, eps);
+      });
+    });
+  };
+  return spec.inputs[0].dtype == DType::BF16 ? rows_kernel(kBf16) : rows_kernel(kF32);
 }
 
 std::string layer_norm_avx2_unsupported_reason(const KernelSpec& spec) {
   return cpu::avx2_f32_unsupported_reason(
       spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype);
+}
+
+std::string layer_norm_avx512_unsupported_reason(const KernelSpec& spec) {
+  if (!cpu::has_avx512f()) return "the CPU lacks AVX-512";
+  return layer_norm_avx2_unsupported_reason(spec);
 }
 #endif
 
@@ -287,7 +294,10 @@ void register_normalization_ops(OpRegistry& registry) {
   layer_norm.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
   layer_norm.kernels.push_back(
-      {"avx2", "native", layer_norm_avx2_unsupported_reason, layer_norm_avx2});
+      {"avx512", "native", layer_norm_avx512_unsupported_reason,
+       layer_norm_vectorized<cpu::avx512::layer_norm, cpu::avx512::layer_norm>});
+  layer_norm.kernels.push_back({"avx2", "native", layer_norm_avx2_unsupported_reason,
+                                layer_norm_vectorized<cpu::avx2::layer_norm, cpu::avx2::layer_norm>});
 #endif
   layer_norm.kernels.push_back(KernelDef{
       "reference", "native", [](const KernelSpec&) { return std::string(); },

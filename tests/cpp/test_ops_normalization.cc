@@ -1,5 +1,5 @@
 // softmax and layer_norm: type inference, the reference kernels against hand-computed values,
-// and the AVX2 kernels against the reference kernels.
+// and the AVX2 and AVX-512 kernels against the reference kernels.
 #include <cmath>
 
 #include "ops_test_util.h"
@@ -20,6 +20,17 @@ constexpr int64_t kLayerNormMaxUlp = 1;
 bool avx2_available() {
   OneNode n("softmax", {type_of(DType::F32, {2})});
   return test::has_kernel("softmax", "avx2") && test::unsupported_reason(*n.node, "avx2").empty();
+}
+
+// The vectorized layer norm kernels this CPU runs.
+std::vector<std::string> layer_norm_kernels() {
+  OneNode n("layer_norm", {type_of(DType::F32, {2})});
+  std::vector<std::string> kernels;
+  for (const char* kernel : {"avx2", "avx512"})
+    if (test::has_kernel("layer_norm", kernel) &&
+        test::unsupported_reason(*n.node, kernel).empty())
+      kernels.push_back(kernel);
+  return kernels;
 }
 
 void expect_floats(const Tensor& got, const std::vector<float>& expected, int64_t max_ulp = 0) {
@@ -165,15 +176,16 @@ TEST(OpsNormalization, Avx2DeclinesF64) {
   EXPECT_NE(test::unsupported_reason(*layer_norm.node, "avx2"), "");
 }
 
-void expect_avx2_matches_reference(const OneNode& node, const std::vector<Tensor>& inputs,
-                                   int64_t max_ulp) {
+void expect_matches_reference(const OneNode& node, const std::vector<Tensor>& inputs,
+                              int64_t max_ulp, const std::string& kernel = "avx2") {
+  SCOPED_TRACE(kernel);
   Tensor expected = test::run_kernel(*node.node, "reference", inputs)[0];
-  Tensor serial = test::run_kernel(*node.node, "avx2", inputs, 1)[0];
+  Tensor serial = test::run_kernel(*node.node, kernel, inputs, 1)[0];
   int64_t where = 0;
   EXPECT_LE(test::max_ulp(serial, expected, &where), max_ulp)
       << "element " << where << ": " << serial.data<float>()[where] << " vs "
       << expected.data<float>()[where];
-  EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "avx2", inputs, 2)[0], serial));
+  EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, kernel, inputs, 2)[0], serial));
 }
 
 TEST(OpsNormalization, Avx2SoftmaxMatchesReference) {
@@ -192,18 +204,18 @@ TEST(OpsNormalization, Avx2SoftmaxMatchesReference) {
       OneNode node("softmax", {type_of(DType::F32, sizes)}, {{"axis", axis}});
       Tensor x = test::random_tensor(DType::F32, sizes, rng, -60, 60);
       if (extremes) test::sprinkle_extremes(x, rng);
-      expect_avx2_matches_reference(node, {x}, kSoftmaxMaxUlp);
+      expect_matches_reference(node, {x}, kSoftmaxMaxUlp);
     }
   }
 }
 
-TEST(OpsNormalization, Avx2LayerNormMatchesReference) {
-  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+TEST(OpsNormalization, VectorizedLayerNormMatchesReference) {
+  if (layer_norm_kernels().empty()) GTEST_SKIP() << "no AVX2+FMA";
   std::mt19937 rng(9);
   using Sizes = std::vector<int64_t>;
   const std::vector<std::pair<Sizes, int64_t>> cases = {
       {{1}, 1},        {{3, 3}, 1},     {{2, 7}, 1},   {{5, 17}, 1}, {{1, 1 << 20}, 1},
-      {{128, 768}, 1}, {{4, 3, 5}, 2},  {{0, 8}, 1},   {{3, 0}, 1},
+      {{128, 768}, 1}, {{4, 3, 5}, 2},  {{0, 8}, 1},   {{3, 0}, 1},  {{6, 33}, 1},
   };
   for (const auto& [sizes, ndim] : cases) {
     const Sizes normalized(sizes.end() - ndim, sizes.end());
@@ -220,7 +232,8 @@ TEST(OpsNormalization, Avx2LayerNormMatchesReference) {
           inputs.push_back(test::random_tensor(DType::F32, normalized, rng, -2, 2));
         }
         OneNode node("layer_norm", types, {{"normalized_ndim", ndim}});
-        expect_avx2_matches_reference(node, inputs, kLayerNormMaxUlp);
+        for (const std::string& kernel : layer_norm_kernels())
+          expect_matches_reference(node, inputs, kLayerNormMaxUlp, kernel);
       }
     }
   }
@@ -238,8 +251,6 @@ TEST(OpsNormalization, Bf16NormsAreTheF32OnesBetweenCasts) {
       wide.data<float>()[i] = cpu::to_float(t.data<cpu::BFloat16>()[i]);
     return wide;
   };
-  std::vector<std::string> kernels = {"reference"};
-  if (avx2_available()) kernels.push_back("avx2");
   for (const auto& [op, max_params] : {std::pair<std::string, int>{"layer_norm", 2},
                                        std::pair<std::string, int>{"rms_norm", 1}}) {
     for (const Sizes& sizes : {Sizes{1}, Sizes{3, 7}, Sizes{2, 17}, Sizes{4, 768}, Sizes{0, 8}}) {
@@ -269,6 +280,11 @@ TEST(OpsNormalization, Bf16NormsAreTheF32OnesBetweenCasts) {
             bf16_inputs.push_back(bf16_graph.add_input("in" + std::to_string(i), narrow_types[i]));
           const Node& bf16_node = *bf16_graph.add_uncast(op, bf16_inputs, {})->producer();
           OneNode f32_node(op, wide_types);
+          std::vector<std::string> kernels = {"reference"};
+          for (const char* kernel : {"avx2", "avx512"})
+            if (test::has_kernel(op, kernel) &&
+                test::unsupported_reason(*f32_node.node, kernel).empty())
+              kernels.push_back(kernel);
           for (const std::string& kernel : kernels) {
             SCOPED_TRACE(kernel);
             const Tensor got = test::run_kernel(bf16_node, kernel, narrow)[0];
@@ -282,12 +298,32 @@ TEST(OpsNormalization, Bf16NormsAreTheF32OnesBetweenCasts) {
 }
 
 // A row whose mean is large against its spread: the result depends on x - mean being exact.
-TEST(OpsNormalization, Avx2LayerNormKeepsSmallSpreadAroundLargeMean) {
-  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+TEST(OpsNormalization, VectorizedLayerNormKeepsSmallSpreadAroundLargeMean) {
+  if (layer_norm_kernels().empty()) GTEST_SKIP() << "no AVX2+FMA";
   std::mt19937 rng(13);
   Tensor x = test::random_tensor(DType::F32, {16, 100}, rng, 1000, 1000.01);
   OneNode node("layer_norm", {type_of(DType::F32, {16, 100})});
-  expect_avx2_matches_reference(node, {x}, kLayerNormMaxUlp);
+  for (const std::string& kernel : layer_norm_kernels())
+    expect_matches_reference(node, {x}, kLayerNormMaxUlp, kernel);
+}
+
+// Rows whose first element lies far from the rest (1 to 1e6 standard deviations of the others):
+// the AVX-512 kernel's one-pass moments, shifted by that element, take a second pass where the
+// shift would cost more than 8 bits.
+TEST(OpsNormalization, VectorizedLayerNormOutlierFirstElement) {
+  if (layer_norm_kernels().empty()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(21);
+  for (int64_t n : {771, 70001}) {
+    for (float outlier : {1.0f, 17.0f, 1e4f, 1e6f}) {
+      SCOPED_TRACE(std::to_string(n) + " elements, outlier at " + std::to_string(outlier));
+      const int64_t rows = 2;
+      Tensor x = test::random_tensor(DType::F32, {rows, n}, rng, -1.7f, 1.7f);  // std about 1
+      for (int64_t r = 0; r < rows; ++r) x.data<float>()[r * n] = (r % 2 ? -outlier : outlier);
+      OneNode node("layer_norm", {type_of(DType::F32, {rows, n})});
+      for (const std::string& kernel : layer_norm_kernels())
+        expect_matches_reference(node, {x}, kLayerNormMaxUlp, kernel);
+    }
+  }
 }
 
 }  // namespace

@@ -35,6 +35,15 @@ void rms_norm(const BFloat16* x, const BFloat16* weight, BFloat16* y, int64_t ro
               double eps);
 
 }  // namespace avx2
+
+// layer_norm above 16 lanes at a time, with one pass fewer (normalization_avx512.cc); call only
+// when has_avx512f().
+namespace avx512 {
+void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
+                int64_t n, double eps);
+void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias, BFloat16* y,
+                int64_t rows, int64_t n, double eps);
+}  // namespace avx512
 #endif
 
 }  // namespace kiln::cpu
