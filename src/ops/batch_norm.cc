@@ -41,7 +41,6 @@ void check_input(InferContext& ctx) {
             ctx.op() + " takes f32 or f64, not " + std::string(dtype_name(x.dtype)) +
                 "; insert a cast");
   ctx.check(x.rank() >= 2, "x must be [N, C, ...] (rank 2 or more)");
-  ctx.check(ctx.attr_float("eps") >= 0, "eps must not be negative");
 }
 
 // Every input after x is a [C] parameter of x's dtype.

@@ -149,7 +149,6 @@ void infer_layer_norm(InferContext& ctx) {
   ctx.check(k >= 1 && k <= rank, "normalized_ndim is " + std::to_string(k) +
                                      "; it must be in [1, " + std::to_string(rank) +
                                      "] (the input's rank)");
-  ctx.check(ctx.attr_float("eps") >= 0, "eps must not be negative");
   ctx.check(ctx.num_inputs() <= 3, "takes x and at most a weight and a bias, got " +
                                        std::to_string(ctx.num_inputs()) + " inputs");
   const Shape normalized(x.shape.end() - k, x.shape.end());

@@ -156,6 +156,21 @@ TEST(OpsNormalization, ReferenceLayerNormMatchesHandComputedValues) {
                 {-a, -c, c, a});
 }
 
+// A negative eps, as PyTorch takes it: rows whose variance it leaves positive normalize, the
+// others are NaN (the square root of a negative number), in every kernel.
+TEST(OpsNormalization, LayerNormTakesNegativeEps) {
+  Tensor x = test::tensor_of({2, 4}, {1, 2, 3, 4, -5, -5, -5, -5});
+  OneNode node("layer_norm", {type_of(DType::F32, {2, 4})}, {{"eps", -0.25}});
+  std::vector<std::string> kernels = layer_norm_kernels();
+  kernels.push_back("reference");
+  for (const std::string& kernel : kernels) {
+    SCOPED_TRACE(kernel);
+    // var = 1.25, so rstd = 1 / sqrt(1.25 - 0.25) = 1.
+    expect_floats(test::run_kernel(*node.node, kernel, {x})[0],
+                  {-1.5f, -0.5f, 0.5f, 1.5f, kNaN, kNaN, kNaN, kNaN});
+  }
+}
+
 TEST(OpsNormalization, ReferenceKernelsRunF64) {
   OneNode node("softmax", {type_of(DType::F64, {2})});
   Tensor x = Tensor::empty(DType::F64, {2});
