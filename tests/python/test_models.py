@@ -15,10 +15,27 @@ import transformers as T
 import kiln
 
 
+def lively(model):
+    """Convolutions and batch norms re-initialized so that activations keep their scale: from
+    transformers' init (weights of std 0.02, unit variance statistics) EfficientNet's and
+    MobileViT's outputs decay to zero, and a comparison of zeros checks nothing."""
+    g = torch.Generator().manual_seed(3)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.weight.data.uniform_(0.5, 1.5, generator=g)
+            module.bias.data.normal_(0, 0.1, generator=g)
+            module.running_mean.normal_(0, 0.1, generator=g)
+            module.running_var.uniform_(0.5, 1.5, generator=g)
+        elif isinstance(module, torch.nn.Conv2d):
+            module.weight.data.normal_(0, module.weight[0].numel() ** -0.5, generator=g)
+    return model
+
+
 def small_models():
     ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
     image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     audio = torch.randn(2, 1600, generator=torch.Generator().manual_seed(2))
+    mel = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(4))
     return {
         "bert": (lambda: T.BertModel(T.BertConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -74,6 +91,29 @@ def small_models():
         "convbert": (lambda: T.ConvBertModel(T.ConvBertConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             embedding_size=64, vocab_size=100)), ids),
+        # Asymmetric zero padding, "same" padding, squeeze-and-excite gates (adaptive pooling,
+        # a sigmoid broadcast over the channels), SiLU.
+        "efficientnet": (lambda: lively(T.EfficientNetModel(T.EfficientNetConfig(
+            image_size=32, depth_coefficient=0.1))), image),
+        # Convolution and attention in one block: patches unfolded into sequences by
+        # reshapes and transposes, folded back.
+        "mobilevit": (lambda: lively(T.MobileViTModel(T.MobileViTConfig(
+            image_size=32, hidden_sizes=[32, 48, 64],
+            neck_hidden_sizes=[8, 16, 24, 32, 40, 48, 160]))), image),
+        # Channels-last layer norm around a 7x7 depthwise convolution, layer scale.
+        "convnext": (lambda: T.ConvNextModel(T.ConvNextConfig(
+            hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)), image),
+        # Overlapping patch embeddings, attention over keys reduced by a strided convolution.
+        "segformer": (lambda: T.SegformerModel(T.SegformerConfig(
+            hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2,
+            num_attention_heads=[1, 2], sr_ratios=[2, 1], decoder_hidden_size=32,
+            patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])), image),
+        # Audio: two 1-d convolutions with GELU over mel features, then a transformer encoder.
+        "whisper-encoder": (lambda: T.WhisperModel(T.WhisperConfig(
+            vocab_size=100, d_model=64, encoder_layers=2, decoder_layers=1,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+            decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)).get_encoder(), mel),
     }
 
 
