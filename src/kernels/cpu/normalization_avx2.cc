@@ -7,6 +7,8 @@
 #include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/vec_math_avx2.h"
+#pragma GCC diagnostic ignored "-Wpsabi"  // see layer_norm_rows.h
+#include "kernels/cpu/layer_norm_rows.h"
 
 namespace kiln::cpu::avx2 {
 
@@ -87,59 +89,50 @@ KILN_TARGET_AVX2 void softmax_row(const float* x, float* y, int64_t n) {
     _mm256_maskstore_ps(y + full, mask, _mm256_mul_ps(_mm256_maskload_ps(y + full, mask), inv));
 }
 
-template <bool kWeight, bool kBias>
-KILN_TARGET_AVX2 void layer_norm_row(const float* x, const float* weight, const float* bias,
-                                     float* y, int64_t n, double eps) {
-  const int64_t full = n - n % 8;
-  const __m256i mask = tail_mask(n - full);
-  __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
-  for (int64_t i = 0; i < full; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    acc_lo = _mm256_add_pd(acc_lo, low_half(v));
-    acc_hi = _mm256_add_pd(acc_hi, high_half(v));
-  }
-  double sum = sum_lanes(_mm256_add_pd(acc_lo, acc_hi));
-  for (int64_t i = full; i < n; ++i) sum += x[i];
-  const double mean = sum / static_cast<double>(n);
+// layer_norm_rows.h's lanes: 8 floats a block, as two vectors of 4 doubles.
+struct DoubleLanes {
+  using Doubles = __m256d;
+  using Lanes = __m256i;  // all ones in the lanes that lie in the row
+  static constexpr int64_t kFloats = 8;
 
-  const __m256d vmean = _mm256_set1_pd(mean);
-  acc_lo = acc_hi = _mm256_setzero_pd();
-  for (int64_t i = 0; i < full; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256d d_lo = _mm256_sub_pd(low_half(v), vmean);
-    const __m256d d_hi = _mm256_sub_pd(high_half(v), vmean);
-    acc_lo = _mm256_fmadd_pd(d_lo, d_lo, acc_lo);
-    acc_hi = _mm256_fmadd_pd(d_hi, d_hi, acc_hi);
+  KILN_TARGET_AVX2 static Doubles splat(double v) { return _mm256_set1_pd(v); }
+  KILN_TARGET_AVX2 static Doubles zero() { return _mm256_setzero_pd(); }
+  KILN_TARGET_AVX2 static Doubles add(Doubles a, Doubles b) { return _mm256_add_pd(a, b); }
+  KILN_TARGET_AVX2 static Doubles sub(Doubles a, Doubles b) { return _mm256_sub_pd(a, b); }
+  KILN_TARGET_AVX2 static Doubles mul(Doubles a, Doubles b) { return _mm256_mul_pd(a, b); }
+  KILN_TARGET_AVX2 static Doubles fma(Doubles a, Doubles b, Doubles c) {
+    return _mm256_fmadd_pd(a, b, c);
   }
-  double squares = sum_lanes(_mm256_add_pd(acc_lo, acc_hi));
-  for (int64_t i = full; i < n; ++i) squares += (x[i] - mean) * (x[i] - mean);
-  const __m256d rstd = _mm256_set1_pd(1.0 / std::sqrt(squares / static_cast<double>(n) + eps));
-
-  // y = (x - mean) * rstd * weight + bias in double, rounded to f32 once.
-  auto normalize = [&](__m256 v, __m256 w, __m256 b) KILN_TARGET_AVX2 {
-    __m256d lo = _mm256_mul_pd(_mm256_sub_pd(low_half(v), vmean), rstd);
-    __m256d hi = _mm256_mul_pd(_mm256_sub_pd(high_half(v), vmean), rstd);
-    if constexpr (kWeight) {
-      lo = _mm256_mul_pd(lo, low_half(w));
-      hi = _mm256_mul_pd(hi, high_half(w));
-    }
-    if constexpr (kBias) {
-      lo = _mm256_add_pd(lo, low_half(b));
-      hi = _mm256_add_pd(hi, high_half(b));
-    }
-    return to_float(lo, hi);
-  };
-  const __m256 none = _mm256_setzero_ps();
-  for (int64_t i = 0; i < full; i += 8)
-    _mm256_storeu_ps(y + i, normalize(_mm256_loadu_ps(x + i),
-                                      kWeight ? _mm256_loadu_ps(weight + i) : none,
-                                      kBias ? _mm256_loadu_ps(bias + i) : none));
-  if (full < n)
-    _mm256_maskstore_ps(y + full, mask,
-                        normalize(_mm256_maskload_ps(x + full, mask),
-                                  kWeight ? _mm256_maskload_ps(weight + full, mask) : none,
-                                  kBias ? _mm256_maskload_ps(bias + full, mask) : none));
-}
+  KILN_TARGET_AVX2 static Doubles sub_within(Doubles a, Doubles b, Lanes lanes) {
+    return _mm256_and_pd(_mm256_sub_pd(a, b), _mm256_castsi256_pd(lanes));
+  }
+  KILN_TARGET_AVX2 static Doubles load(const double* p) { return _mm256_loadu_pd(p); }
+  KILN_TARGET_AVX2 static Doubles load_within(const double* p, Lanes lanes) {
+    return _mm256_maskload_pd(p, lanes);
+  }
+  KILN_TARGET_AVX2 static double sum(Doubles v) { return sum_lanes(v); }
+  KILN_TARGET_AVX2 static void widen_bits(__m256 v, Doubles& lo, Doubles& hi) {
+    lo = low_half(v);
+    hi = high_half(v);
+  }
+  KILN_TARGET_AVX2 static void widen(const float* x, Doubles& lo, Doubles& hi) {
+    widen_bits(_mm256_loadu_ps(x), lo, hi);
+  }
+  KILN_TARGET_AVX2 static void widen_tail(const float* x, int64_t count, Doubles& lo,
+                                          Doubles& hi, Lanes& lo_lanes, Lanes& hi_lanes) {
+    widen_bits(_mm256_maskload_ps(x, tail_mask(count)), lo, hi);
+    const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
+    lo_lanes = _mm256_cmpgt_epi64(_mm256_set1_epi64x(count), lane);
+    hi_lanes = _mm256_cmpgt_epi64(_mm256_set1_epi64x(count - 4), lane);
+  }
+  KILN_TARGET_AVX2 static void narrow_store(float* y, Doubles lo, Doubles hi) {
+    _mm256_storeu_ps(y, to_float(lo, hi));
+  }
+  KILN_TARGET_AVX2 static void narrow_store_tail(float* y, int64_t count, Doubles lo,
+                                                 Doubles hi) {
+    _mm256_maskstore_ps(y, tail_mask(count), to_float(lo, hi));
+  }
+};
 
 template <bool kWeight>
 KILN_TARGET_AVX2 void rms_norm_row(const float* x, const float* weight, float* y, int64_t n,
@@ -208,23 +201,21 @@ KILN_TARGET_AVX2 void softmax_columns(const float* x, float* y, int64_t n, int64
 
 KILN_TARGET_AVX2 void layer_norm(const float* x, const float* weight, const float* bias,
                                  float* y, int64_t rows, int64_t n, double eps) {
-  auto each_row = [&](auto row_fn) {
-    for (int64_t r = 0; r < rows; ++r) row_fn(x + r * n, weight, bias, y + r * n, n, eps);
-  };
-  if (weight && bias) each_row(layer_norm_row<true, true>);
-  else if (weight) each_row(layer_norm_row<true, false>);
-  else if (bias) each_row(layer_norm_row<false, true>);
-  else each_row(layer_norm_row<false, false>);
+  if (rows == 0 || n == 0) return;
+  layer_norm_rows::normalize_rows<DoubleLanes>(
+      x, layer_norm_rows::widen_params(weight, bias, n), y, rows, n, eps);
 }
 
-// bf16 through bf16_rows_through_f32: widening in each of the row's three passes instead cost
-// 1.6x the f32 kernel's time ([197, 768], 2 threads: 71 against 44 us).
+// bf16 through bf16_rows_through_f32: widening in each of the row's passes instead cost 1.6x
+// the f32 kernel's time ([197, 768], 2 threads: 71 against 44 us).
 KILN_TARGET_AVX2 void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias,
                                  BFloat16* y, int64_t rows, int64_t n, double eps) {
-  bf16_rows_through_f32<2>(
-      x, {weight, bias}, y, rows, n,
-      [&](const float* row, std::array<const float*, 2> params, float* out) {
-        layer_norm(row, params[0], params[1], out, 1, n, eps);
+  if (rows == 0 || n == 0) return;
+  const layer_norm_rows::DoubleParams p = layer_norm_rows::widen_params(weight, bias, n);
+  bf16_rows_through_f32<0>(
+      x, {}, y, rows, n,
+      [&](const float* row, std::array<const float*, 0>, float* out) KILN_TARGET_AVX2 {
+        layer_norm_rows::normalize_rows<DoubleLanes>(row, p, out, 1, n, eps);
       },
       avx2::widen_bf16_row, avx2::narrow_to_bf16_row);
 }
