@@ -147,12 +147,15 @@ namespace {
 
 using avx2::splat;
 
-// Block sizes: a task's query rows and the keys per step. kBlockQ is a multiple of the GEMM
-// tiles' 6 rows, kBlockK of their 16 columns. On the 2-core EPYC, 48-192 rows and 64-128 keys
-// ran within a few percent of each other (docs/ops.md); 48 keeps causal blocks fine-grained.
+// Block sizes: a task's query rows and the keys per step, the rows a multiple of the GEMM tiles'
+// 6, the keys of their 16 columns. On the 2-core EPYC, 48-192 rows and 64-128 keys ran within a
+// few percent of each other; on the Xeon, 96 rows and 128 keys ran 6-11% faster than 48 and 64
+// (ViT-B/16's and BERT-base's shapes, L = 1024), except causal, where 96 rows compute more
+// masked scores (L = 128: 8% slower), so causal tasks take 48 (docs/ops.md).
 constexpr int64_t kTileRows = 6;
-constexpr int64_t kBlockQ = 48;
-constexpr int64_t kBlockK = 64;
+constexpr int64_t kBlockQ = 96;
+constexpr int64_t kCausalBlockQ = 48;
+constexpr int64_t kBlockK = 128;
 
 int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
@@ -368,13 +371,15 @@ KILN_TARGET_AVX512 void scores_tile_avx512(const float* q, int64_t q_stride, con
 // keys up to a multiple of 16). Row strides: q q_stride, kt and s kBlockK.
 KILN_TARGET_AVX512 void scores_avx512(const float* q, int64_t q_stride, int64_t rows,
                                       const float* kt, int64_t keys, int64_t e_count, float* s) {
-  const int64_t vectors = (keys + 15) / 16;
   for (int64_t r = 0; r < rows; r += kTileRows)
     with_tile_rows(rows - r, [&](auto rows_constant) KILN_TARGET_AVX512 {
-      with_constant<4>(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
-        scores_tile_avx512<decltype(rows_constant)::value, decltype(vectors_constant)::value>(
-            q + r * q_stride, q_stride, kt, e_count, s + r * kBlockK);
-      });
+      for (int64_t c = 0; c < keys; c += 4 * 16) {
+        const int64_t vectors = (std::min<int64_t>(4 * 16, keys - c) + 15) / 16;
+        with_constant<4>(vectors, [&](auto vectors_constant) KILN_TARGET_AVX512 {
+          scores_tile_avx512<decltype(rows_constant)::value, decltype(vectors_constant)::value>(
+              q + r * q_stride, q_stride, kt + c, e_count, s + r * kBlockK + c);
+        });
+      }
     });
 }
 
@@ -413,6 +418,7 @@ struct Workspace {
   float* row_max;    // [kBlockQ]
   float* row_sum;    // [kBlockQ]
   float* alpha;      // [kBlockQ]: this step's rescale of o
+  // (kBlockQ, the most rows a task takes: causal tasks take fewer)
   int64_t o_stride;  // ev rounded up to whole vectors
   // bf16 operands only (null otherwise): the task's query rows, the key and value blocks
   // widened to f32 (rows E, E and ev apart), and the output rows before rounding (ev apart).
@@ -585,7 +591,8 @@ class FlashAttention final : public KernelInstance {
     const Operands ops{inputs[0], inputs[1], inputs[2],
                        g_.mask == AttentionMask::None ? nullptr : inputs[3], outputs[0]};
     if (g_.l == 0 || g_.ev == 0 || g_.batch_count() == 0) return;
-    const int64_t row_blocks = (g_.l + kBlockQ - 1) / kBlockQ;
+    const int64_t block_rows = g_.causal ? kCausalBlockQ : kBlockQ;
+    const int64_t row_blocks = (g_.l + block_rows - 1) / block_rows;
     const int64_t tasks = g_.batch_count() * row_blocks;
     const int64_t work = g_.batch_count() * g_.l * std::max<int64_t>(g_.s, 1) * (g_.e + g_.ev);
     const int team =
@@ -595,7 +602,7 @@ class FlashAttention final : public KernelInstance {
 #pragma omp parallel for num_threads(team) if (team > 1) schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       Workspace ws(g_, bf16_, slots + omp_get_thread_num() * slot_floats_);
-      run_task(ops, t / row_blocks, (t % row_blocks) * kBlockQ, ws);
+      run_task(ops, t / row_blocks, (t % row_blocks) * block_rows, block_rows, ws);
     }
   }
 
@@ -613,10 +620,10 @@ class FlashAttention final : public KernelInstance {
     return {buffer, n};
   }
 
-  // Query rows [i0, i0 + kBlockQ) of batch matrix b.
-  KILN_TARGET_AVX2 void run_task(const Operands& ops, int64_t b, int64_t i0,
+  // Query rows [i0, i0 + block_rows) of batch matrix b.
+  KILN_TARGET_AVX2 void run_task(const Operands& ops, int64_t b, int64_t i0, int64_t block_rows,
                                  Workspace& ws) const {
-    const int64_t rows = std::min(kBlockQ, g_.l - i0);
+    const int64_t rows = std::min(block_rows, g_.l - i0);
     const Rows q_rows = f32_rows(ops.q, g_.q_offsets[b] + i0 * g_.q_row_stride, g_.q_row_stride,
                                  rows, g_.e, ws.q32);
     const float* q = q_rows.data;
