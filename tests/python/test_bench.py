@@ -11,7 +11,7 @@ import torch
 
 from kiln.bench import report
 from kiln.bench.__main__ import _parser, main
-from kiln.bench.worker import FIELDS
+from kiln.bench.worker import FIELDS, combine_rounds
 
 
 def test_small_run_writes_json_markdown_and_plot(tmp_path):
@@ -25,7 +25,7 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
 
     results = json.loads(paths["json"].read_text())
-    assert results["settings"] == {"size": "small", "warmup": 1, "iterations": 3}
+    assert results["settings"] == {"size": "small", "warmup": 1, "iterations": 3, "rounds": 1}
     assert results["machine"]["logical_cpus"] >= 1 and results["machine"]["cpu"]
     records = results["records"]
     assert [r["backend"] for r in records] == ["eager", "kiln", "kiln-offline"]
@@ -35,6 +35,7 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
         assert (r["model"], r["batch"], r["threads"]) == ("resnet50", 2, 1)
         assert r["input_shape"] == [2, 3, 64, 64]
         assert 0 < r["latency_ms_median"] <= r["latency_ms_p90"]
+        assert r["latency_ms_round_medians"] == [r["latency_ms_median"]]
         assert r["throughput_per_s"] == pytest.approx(2 / (r["latency_ms_median"] / 1e3))
         assert r["compile_s"] > 0 and r["peak_rss_mb"] > 0
         # Only the offline model has a load step; it is part of its compile_s (export + load).
@@ -53,6 +54,37 @@ def test_small_run_writes_json_markdown_and_plot(tmp_path):
     assert "## Speed-up over eager: batch 2, 1 thread(s)" in markdown
     assert "| resnet50 | eager | 2 | 1 |" in markdown and "| resnet50 | kiln | 2 | 1 |" in markdown
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rounds_report_the_median_of_their_medians(tmp_path):
+    path = tmp_path / "results.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "kiln.bench", "--size", "small", "--models", "resnet50",
+         "--backends", "eager,kiln", "--batch", "1", "--threads", "1", "--warmup", "1",
+         "--iterations", "2", "--rounds", "3", "--json", str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("[") >= 6  # a progress line per measurement: 2 backends, 3 rounds
+    results = json.loads(path.read_text())
+    assert results["settings"]["rounds"] == 3
+    assert [r["backend"] for r in results["records"]] == ["eager", "kiln"]
+    for r in results["records"]:
+        assert r["status"] == "ok", r["status"]
+        rounds = r["latency_ms_round_medians"]
+        assert len(rounds) == 3 and r["latency_ms_median"] == sorted(rounds)[1]
+        assert r["throughput_per_s"] == pytest.approx(1 / (r["latency_ms_median"] / 1e3))
+    assert "3 rounds, the median of their medians shown" in run.stdout
+
+
+def test_a_failed_round_fails_the_measurement():
+    ok = dict.fromkeys(FIELDS)
+    ok.update(batch=1, status="ok", latency_ms_median=2.0, latency_ms_p90=3.0, compile_s=1.0,
+              peak_rss_mb=100.0, max_abs_err=1e-6, max_rel_err=1e-7)
+    failed = dict(ok, status="RuntimeError: out of memory", latency_ms_median=None)
+    assert combine_rounds([ok, failed, ok])["status"] == "RuntimeError: out of memory"
+    combined = combine_rounds([ok, dict(ok, latency_ms_median=4.0, peak_rss_mb=120.0), ok])
+    assert combined["latency_ms_median"] == 2.0 and combined["peak_rss_mb"] == 120.0
+    assert combined["latency_ms_round_medians"] == [2.0, 4.0, 2.0]
 
 
 def _record(model, backend, median, status="ok"):
@@ -107,7 +139,7 @@ def test_invalid_arguments_are_refused(arguments, capsys):
     assert "argument" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arguments", [["--iterations", "1"],
+@pytest.mark.parametrize("arguments", [["--iterations", "1"], ["--rounds", "0"],
                                        ["--backends", "kiln", "--plot", "x.png"]])
 def test_runs_that_cannot_report_are_refused_before_measuring(arguments, capsys):
     with pytest.raises(SystemExit):

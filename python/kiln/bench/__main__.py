@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls (default: 5)")
     parser.add_argument("--iterations", type=int, default=20,
                         help="timed calls, at least 2 (default: 20)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure everything this many times, a round after another, each "
+                             "measurement in a new process, and report the median of the "
+                             "rounds' medians: a machine shared with others drifts by several "
+                             "percent within minutes (default: 1)")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds one measurement may take before it is stopped "
                              "(default: 1800)")
@@ -153,23 +158,33 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         _run_worker(args.worker, args.scratch)
         return
-    if args.iterations < 2 or args.warmup < 0:
-        parser.error("--iterations must be at least 2 and --warmup at least 0")
+    if args.iterations < 2 or args.warmup < 0 or args.rounds < 1:
+        parser.error("--iterations must be at least 2, --warmup at least 0 and --rounds at "
+                     "least 1")
     if args.plot and "eager" not in args.backends:
         parser.error("--plot shows the speed-up over eager: add eager to --backends")
 
     for path in filter(None, (args.json, args.markdown, args.plot)):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    settings = {"size": args.size, "warmup": args.warmup, "iterations": args.iterations}
+    settings = {"size": args.size, "warmup": args.warmup, "iterations": args.iterations,
+                "rounds": args.rounds}
     results = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "machine": report.machine_info(), "settings": settings, "records": []}
-    plan = [dict(model=m, backend=b, batch=n, threads=t, **settings)
-            for m in args.models for n in args.batch for t in args.threads for b in args.backends]
+    specs = [dict(model=m, backend=b, batch=n, threads=t, size=args.size, warmup=args.warmup,
+                  iterations=args.iterations)
+             for m in args.models for n in args.batch for t in args.threads for b in args.backends]
+    plan = specs * args.rounds
     for index, spec in enumerate(plan, 1):
         record = _measure_in_worker(spec, args.timeout)
         results["records"].append(record)
         print(_progress(index, len(plan), record), flush=True)
         if args.json:  # rewritten after each measurement: an interrupted run keeps what it has
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=2)
+    if args.rounds > 1:
+        results["records"] = [worker.combine_rounds(results["records"][i::len(specs)])
+                              for i in range(len(specs))]
+        if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=2)
 

@@ -115,7 +115,9 @@ def markdown(results: dict) -> str:
         "Libraries: " + ", ".join(f"{k} {v}" for k, v in machine["libraries"].items()) + ".",
         "",
         f"Models at size {settings['size']}; {settings['warmup']} warm-up and "
-        f"{settings['iterations']} timed iterations per measurement, each in its own process.",
+        f"{settings['iterations']} timed iterations per measurement, each in its own process"
+        + (f"; {settings['rounds']} rounds, the median of their medians shown."
+           if settings.get("rounds", 1) > 1 else "."),
     ]
     for batch, threads in _settings(records):
         lines += ["", f"## Speed-up over eager: batch {batch}, {threads} thread(s)", "",

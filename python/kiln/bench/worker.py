@@ -22,7 +22,8 @@ from kiln.bench import backends, models
 
 FIELDS = ("model", "backend", "batch", "threads", "size", "input_shape", "warmup", "iterations",
           "latency_ms_median", "latency_ms_p90", "throughput_per_s", "compile_s", "load_s",
-          "peak_rss_mb", "deployed_rss_mb", "max_abs_err", "max_rel_err", "status", "versions")
+          "peak_rss_mb", "deployed_rss_mb", "max_abs_err", "max_rel_err", "status", "versions",
+          "latency_ms_round_medians")
 
 
 class WrongOutput(RuntimeError):
@@ -86,9 +87,36 @@ def _measure(spec: dict, scratch: str, record: dict) -> None:
         record["deployed_rss_mb"] = getattr(run, "deployed_rss_mb", None)  # offline models only
     median = statistics.median(latencies)
     record["latency_ms_median"] = median * 1e3
+    record["latency_ms_round_medians"] = [median * 1e3]
     # The 9th of 10 cut points, interpolated between the closest ranks (numpy's default).
     record["latency_ms_p90"] = statistics.quantiles(latencies, n=10, method="inclusive")[8] * 1e3
     record["throughput_per_s"] = spec["batch"] / median
+
+
+def combine_rounds(rounds: list[dict]) -> dict:
+    """One record of the same measurement made in several processes (`--rounds`): the median
+    of their medians, p90s and compile times, the largest memory and errors; a failure of any
+    round is the record's status."""
+    failed = [r for r in rounds if r["status"] != "ok"]
+    if failed:
+        return failed[0]
+    record = dict(rounds[0])
+
+    def median_of(key):
+        values = [r[key] for r in rounds if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    def largest(key):
+        values = [r[key] for r in rounds if r[key] is not None]
+        return max(values) if values else None
+
+    record["latency_ms_round_medians"] = [r["latency_ms_median"] for r in rounds]
+    for key in ("latency_ms_median", "latency_ms_p90", "compile_s", "load_s"):
+        record[key] = median_of(key)
+    for key in ("peak_rss_mb", "deployed_rss_mb", "max_abs_err", "max_rel_err"):
+        record[key] = largest(key)
+    record["throughput_per_s"] = record["batch"] / (record["latency_ms_median"] / 1e3)
+    return record
 
 
 def measure(spec: dict, scratch: str) -> dict:
