@@ -21,7 +21,8 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t stride, int64_
 
 // Layer norm of `rows` rows of n elements: y = (x - mean) / sqrt(var + eps) * weight + bias, the
 // weight and bias (n elements each) optional (null). In bf16 the result is the f32 one rounded
-// to bf16, the bits of the f32 kernel between casts.
+// to bf16, the bits of the f32 kernel between casts. The algorithm is layer_norm_rows.h's,
+// 8 floats a block.
 void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
                 int64_t n, double eps);
 void layer_norm(const BFloat16* x, const BFloat16* weight, const BFloat16* bias, BFloat16* y,
@@ -36,8 +37,8 @@ void rms_norm(const BFloat16* x, const BFloat16* weight, BFloat16* y, int64_t ro
 
 }  // namespace avx2
 
-// layer_norm above 16 lanes at a time, with one pass fewer (normalization_avx512.cc); call only
-// when has_avx512f().
+// avx2::layer_norm's algorithm 16 floats a block (normalization_avx512.cc); call only when
+// has_avx512f().
 namespace avx512 {
 void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t rows,
                 int64_t n, double eps);
