@@ -614,15 +614,10 @@ void check_decimals(InferContext& ctx, DType compute) {
 }
 
 #ifdef KILN_X86
-// The vector kernels of ops without attributes.
+// The vector kernels of ops without attributes (16 lanes where cpu::widest has them).
 template <cpu::UnaryArrayFn F>
 ArrayFn unary_avx2(const KernelSpec&) {
-  return unary_vector(F);
-}
-// The same with F16 on CPUs with AVX-512: the same bits 16 lanes at a time.
-template <cpu::UnaryArrayFn F, cpu::UnaryArrayFn F16>
-ArrayFn unary_avx2_or_512(const KernelSpec&) {
-  return unary_vector(cpu::has_avx512f() ? F16 : F);
+  return unary_vector(cpu::widest(F));
 }
 template <cpu::BinaryArrayFn F>
 ArrayFn binary_avx2(const KernelSpec&) {
@@ -704,9 +699,6 @@ ArrayFn where_avx2(const KernelSpec&) {
 #else
 #define KILN_AVX2(maker) nullptr
 #endif
-// The unary kernel of cpu::avx2::name, or of cpu::avx512::name on CPUs with AVX-512.
-#define KILN_AVX2_OR_512(name) \
-  KILN_AVX2((unary_avx2_or_512<&cpu::avx2::name, &cpu::avx512::name>))
 
 const std::vector<OpEntry>& op_table() {
   using A = AttrSpec;
@@ -717,7 +709,7 @@ const std::vector<OpEntry>& op_table() {
       entry<Neg, kNumeric>("neg", {}, KILN_AVX2(unary_avx2<&cpu::avx2::neg>)),
       entry<Abs, kNumeric>("abs", {}, KILN_AVX2(unary_avx2<&cpu::avx2::abs>)),
       entry<Sign, kAny>("sign"),
-      entry<Exp, kFloating>("exp", {}, KILN_AVX2_OR_512(exp)),
+      entry<Exp, kFloating>("exp", {}, KILN_AVX2(unary_avx2<&cpu::avx2::exp>)),
       entry<Expm1, kFloating>("expm1"),
       entry<Log, kFloating>("log", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log>)),
       entry<Log1p, kFloating>("log1p"),
@@ -728,14 +720,16 @@ const std::vector<OpEntry>& op_table() {
                                    KILN_AVX2(unary_avx2<&cpu::avx2::reciprocal>)),
       entry<Sin, kFloating>("sin"),
       entry<Cos, kFloating>("cos"),
-      entry<Tanh, kFloating>("tanh", {}, KILN_AVX2_OR_512(tanh)),
-      entry<Sigmoid, kFloating>("sigmoid", {}, KILN_AVX2_OR_512(sigmoid)),
-      entry<Erf, kFloating>("erf", {}, KILN_AVX2_OR_512(erf)),
-      with_variant(entry<GeluErf, kFloatOnly>("gelu", {}, KILN_AVX2_OR_512(gelu_erf)),
+      entry<Tanh, kFloating>("tanh", {}, KILN_AVX2(unary_avx2<&cpu::avx2::tanh>)),
+      entry<Sigmoid, kFloating>("sigmoid", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sigmoid>)),
+      entry<Erf, kFloating>("erf", {}, KILN_AVX2(unary_avx2<&cpu::avx2::erf>)),
+      with_variant(entry<GeluErf, kFloatOnly>("gelu", {},
+                                              KILN_AVX2(unary_avx2<&cpu::avx2::gelu_erf>)),
                    "approximate", "none"),
-      with_variant(entry<GeluTanh, kFloatOnly>("gelu", {}, KILN_AVX2_OR_512(gelu_tanh)),
+      with_variant(entry<GeluTanh, kFloatOnly>("gelu", {},
+                                               KILN_AVX2(unary_avx2<&cpu::avx2::gelu_tanh>)),
                    "approximate", "tanh"),
-      entry<Silu, kFloatOnly>("silu", {}, KILN_AVX2_OR_512(silu)),
+      entry<Silu, kFloatOnly>("silu", {}, KILN_AVX2(unary_avx2<&cpu::avx2::silu>)),
       entry<Mish, kFloatOnly>("mish"),
       entry<Hardswish, kFloatOnly>("hardswish", {},
                                    KILN_AVX2(unary_avx2<&cpu::avx2::hardswish>)),
@@ -799,7 +793,6 @@ const std::vector<OpEntry>& op_table() {
   };
   return table;
 }
-#undef KILN_AVX2_OR_512
 #undef KILN_AVX2
 
 // The entry of `op` that the node's variant attribute selects, or null.

@@ -456,7 +456,7 @@ std::unique_ptr<KernelInstance> create_reference(const KernelSpec& spec) {
 // ---------------------------------------------------------------- AVX2
 
 #ifdef KILN_X86
-cpu::UnaryArrayFn unary_fn(Code c) {
+cpu::UnaryArrayFn avx2_unary_fn(Code c) {
   namespace v = cpu::avx2;
   switch (c) {
     case Code::Relu: return &v::relu;
@@ -476,6 +476,9 @@ cpu::UnaryArrayFn unary_fn(Code c) {
     default: return nullptr;
   }
 }
+
+// The unfused op's function (cpu::widest), so that fusing keeps its bits.
+cpu::UnaryArrayFn unary_fn(Code c) { return cpu::widest(avx2_unary_fn(c)); }
 
 cpu::BinaryArrayFn binary_fn(Code c) {
   namespace v = cpu::avx2;

@@ -1,11 +1,13 @@
 // Elementwise ops: type inference (broadcasting, symbolic dims, PyTorch's type promotion), the
 // reference kernels against hand-computed values, the AVX2 kernels against the reference
 // kernels, and every op through the executor.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <cstdio>
+#include <functional>
+#include <numbers>
 #include <set>
 #include <span>
 #include <tuple>
@@ -1030,7 +1032,8 @@ TEST(OpsElementwise, Avx2RowBroadcastStreamsByTheThreadsChunk) {
 // The 16-lane transcendental kernels give the 8-lane kernels' bits: on every 1021st f32 bit
 // pattern (every exponent, subnormals, infs, NaNs: any NaN matches any), on vectors of values
 // within [-1, 1] with one lane, or one lane in each half, from every range the fast paths bound
-// (3.74, 4, 43.5, 87, ...), and at every tail length.
+// (3.74, 4, 43.5, 87, ...), and at every tail length; for gelu (both forms) only the vectors
+// reaching beyond 7, as its 16-lane fast paths round differently (GeluFastPathsUlp below).
 TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
   if (!cpu::has_avx512f()) GTEST_SKIP() << "no AVX-512";
   std::vector<float> values;
@@ -1048,28 +1051,106 @@ TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
     }
   const Tensor x = tensor_from<float>({static_cast<int64_t>(values.size())}, values);
   using Fn = void (*)(const float*, float*, int64_t);
-  const std::vector<std::tuple<const char*, Fn, Fn>> functions = {
-      {"exp", cpu::avx2::exp, cpu::avx512::exp},
-      {"sigmoid", cpu::avx2::sigmoid, cpu::avx512::sigmoid},
-      {"silu", cpu::avx2::silu, cpu::avx512::silu},
-      {"tanh", cpu::avx2::tanh, cpu::avx512::tanh},
-      {"erf", cpu::avx2::erf, cpu::avx512::erf},
-      {"gelu_erf", cpu::avx2::gelu_erf, cpu::avx512::gelu_erf},
-      {"gelu_tanh", cpu::avx2::gelu_tanh, cpu::avx512::gelu_tanh},
+  struct Pair {
+    const char* name;
+    Fn eight, sixteen;
+    float own_path_bound;  // the 16-lane function's own fast path: vectors all within it
   };
-  // The last n elements of x (mixed vectors), and a sentinel past the end.
-  auto run = [&](Fn f, int64_t n) {
-    Tensor out = Tensor::empty(DType::F32, {n + 1});
-    out.data<float>()[n] = 7.0f;
-    f(x.data<float>() + x.numel() - n, out.data<float>(), n);
-    return out;
+  const std::vector<Pair> functions = {
+      {"exp", cpu::avx2::exp, cpu::avx512::exp, 0},
+      {"sigmoid", cpu::avx2::sigmoid, cpu::avx512::sigmoid, 0},
+      {"silu", cpu::avx2::silu, cpu::avx512::silu, 0},
+      {"tanh", cpu::avx2::tanh, cpu::avx512::tanh, 0},
+      {"erf", cpu::avx2::erf, cpu::avx512::erf, 0},
+      {"gelu_erf", cpu::avx2::gelu_erf, cpu::avx512::gelu_erf, 7.0f},
+      {"gelu_tanh", cpu::avx2::gelu_tanh, cpu::avx512::gelu_tanh, 7.0f},
   };
-  for (const auto& [name, eight, sixteen] : functions) {
-    SCOPED_TRACE(name);
-    EXPECT_TRUE(test::same_values(run(eight, x.numel()), run(sixteen, x.numel())));
-    for (int64_t n = 0; n <= 33; ++n)
-      EXPECT_TRUE(test::same_values(run(eight, 16 * 16 + n), run(sixteen, 16 * 16 + n)))
-          << "n=" << 16 * 16 + n;
+  // The last n elements of x (mixed vectors), through both functions; a sentinel past the end.
+  // Counts the elements compared.
+  auto compare = [&](const Pair& f, int64_t n) {
+    const float* in = x.data<float>() + x.numel() - n;
+    std::vector<float> eight(static_cast<size_t>(n + 1), 7.0f), sixteen(eight);
+    f.eight(in, eight.data(), n);
+    f.sixteen(in, sixteen.data(), n);
+    int64_t compared = 0;
+    for (int64_t start = 0; start < n; start += 16) {
+      const int64_t end = std::min(n, start + 16);
+      const bool own_path = f.own_path_bound > 0 && std::all_of(in + start, in + end, [&](float v) {
+                              return std::fabs(v) <= f.own_path_bound;
+                            });
+      if (own_path) continue;
+      for (int64_t i = start; i < end; ++i, ++compared) {
+        const float a = eight[static_cast<size_t>(i)], b = sixteen[static_cast<size_t>(i)];
+        EXPECT_TRUE(std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
+                    (std::isnan(a) && std::isnan(b)))
+            << "x = " << in[i] << ": " << a << " vs " << b << " (n=" << n << ")";
+      }
+    }
+    EXPECT_EQ(eight[static_cast<size_t>(n)], 7.0f);
+    EXPECT_EQ(sixteen[static_cast<size_t>(n)], 7.0f);
+    return compared;
+  };
+  for (const Pair& f : functions) {
+    SCOPED_TRACE(f.name);
+    EXPECT_GT(compare(f, x.numel()), x.numel() / 4);
+    for (int64_t n = 0; n <= 33; ++n) compare(f, 16 * 16 + n);
+  }
+}
+
+// The fast paths of gelu (both forms) over every 251st f32 of [0, 7], both signs, and at each
+// 16-lane piece's borders, just inside and outside: the 8-lane functions (vectors within 3.74
+// and 4 take their 8-piece fast paths, the others their wide ones) within 3 ULP, the 16-lane
+// ones (32 pieces, vectors within 7) within 2 (erf form) and 3 (tanh form, 4 values of the
+// 2.2 billion), what sweeps of every f32 in [-7, 7] measured.
+TEST(OpsElementwise, GeluFastPathsUlp) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::vector<float> values;
+  for (uint32_t u = 0; u <= std::bit_cast<uint32_t>(7.0f); u += 251) {
+    values.push_back(std::bit_cast<float>(u));
+    values.push_back(-std::bit_cast<float>(u));
+  }
+  // The pieces' borders: z (z + 1) = (k + 1/2) 56 / 31.4 (erf form) and
+  // 2u(z) = (k + 1/2) 2u(7) / 31.4 (tanh form), solved by bisection.
+  const auto two_u = [](double z) {
+    return 2 * std::sqrt(2 / std::numbers::pi) * (z + 0.044715 * z * z * z);
+  };
+  const auto erf_variable = [](double z) { return z * (z + 1); };
+  for (const auto& [variable, scale] :
+       {std::pair<std::function<double(double)>, double>{erf_variable, 56 / 31.4},
+        {two_u, two_u(7) / 31.4}})
+    for (int k = 0; k < 32; ++k) {
+      double low = 0, high = 8;
+      for (int i = 0; i < 60; ++i)
+        ((variable((low + high) / 2) < (k + 0.5) * scale) ? low : high) = (low + high) / 2;
+      const auto border = static_cast<float>(low);
+      if (border > 7) continue;
+      for (float b : {border, std::nextafter(border, 0.0f), std::nextafter(border, 8.0f)})
+        values.insert(values.end(), {b, -b});
+    }
+  const Tensor x = tensor_from<float>({static_cast<int64_t>(values.size())}, values);
+  struct Form {
+    const char* name;
+    const char* approximate;
+    cpu::UnaryArrayFn fn;
+    int64_t max_ulp;
+  };
+  std::vector<Form> forms = {{"8 lanes", "none", cpu::avx2::gelu_erf, 3},
+                             {"8 lanes", "tanh", cpu::avx2::gelu_tanh, 3}};
+  if (cpu::has_avx512f()) {
+    forms.push_back({"16 lanes", "none", cpu::avx512::gelu_erf, 2});
+    forms.push_back({"16 lanes", "tanh", cpu::avx512::gelu_tanh, 3});
+  }
+  for (const auto& [name, approximate, fn, max_ulp] : forms) {
+    SCOPED_TRACE(std::string(name) + " " + approximate);
+    OneNode node("gelu", {type_of(DType::F32, {x.numel()})},
+                 {{"approximate", std::string(approximate)}});
+    const Tensor expected = test::run_kernel(*node.node, "reference", {x})[0];
+    Tensor got = Tensor::empty(DType::F32, {x.numel()});
+    fn(x.data<float>(), got.data<float>(), x.numel());
+    int64_t where = 0;
+    EXPECT_LE(test::max_ulp(got, expected, &where), max_ulp)
+        << "at x = " << x.data<float>()[where] << ": " << got.data<float>()[where] << " vs "
+        << expected.data<float>()[where];
   }
 }
 #endif

@@ -118,7 +118,8 @@ void where(const bool* cond, int64_t c_step, const float* a, int64_t a_step, con
 
 // The transcendental ones 16 lanes at a time, for CPUs with AVX-512 (call them only when
 // has_avx512f()): bit for bit the avx2 functions of the same names (vec_math_avx512.h), which
-// are compute-bound on 8 lanes.
+// are compute-bound on 8 lanes, but for gelu's 16-lane fast paths (both forms, vectors within
+// [-7, 7]), which round differently, within the same bounds.
 namespace avx512 {
 
 void exp(const float* in, float* out, int64_t n);
@@ -130,6 +131,11 @@ void erf(const float* in, float* out, int64_t n);
 void silu(const float* in, float* out, int64_t n);
 
 }  // namespace avx512
+
+// `eight` (an avx2 unary function), or its avx512 version on CPUs with AVX-512 where it has one.
+// Every caller of a unary function picks it through here (the op's kernel, fused elementwise
+// chains, GEMM epilogues), so that an op gives the same bits wherever it runs on one CPU.
+UnaryArrayFn widest(UnaryArrayFn eight);
 #endif
 
 }  // namespace kiln::cpu

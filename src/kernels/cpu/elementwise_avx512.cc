@@ -6,6 +6,7 @@
 #ifdef KILN_X86
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cpu/vec_math_avx512.h"
 
@@ -60,5 +61,21 @@ KILN_UNARY16(silu)
 #undef KILN_UNARY16
 
 }  // namespace kiln::cpu::avx512
+
+namespace kiln::cpu {
+
+UnaryArrayFn widest(UnaryArrayFn eight) {
+  if (!has_avx512f()) return eight;
+  static constexpr std::pair<UnaryArrayFn, UnaryArrayFn> kSixteen[] = {
+      {&avx2::exp, &avx512::exp},           {&avx2::sigmoid, &avx512::sigmoid},
+      {&avx2::tanh, &avx512::tanh},         {&avx2::gelu_erf, &avx512::gelu_erf},
+      {&avx2::gelu_tanh, &avx512::gelu_tanh}, {&avx2::erf, &avx512::erf},
+      {&avx2::silu, &avx512::silu}};
+  for (const auto& [eight_lanes, sixteen_lanes] : kSixteen)
+    if (eight_lanes == eight) return sixteen_lanes;
+  return eight;
+}
+
+}  // namespace kiln::cpu
 
 #endif  // KILN_X86

@@ -66,7 +66,8 @@ void apply_epilogue_f32(const GemmEpilogue& e, float* c, int64_t rows, int64_t n
                         const float* bias, const float* residual) {
 #ifdef KILN_X86
   if (has_avx2_fma()) {
-    const UnaryArrayFn activation = avx2_activation(e.activation);
+    // cpu::widest: the bits of the unfused op.
+    const UnaryArrayFn activation = widest(avx2_activation(e.activation));
     for (int64_t r = 0; r < rows; ++r) {
       float* row = c + r * n;
       if (e.bias) avx2::add(row, 1, bias, 1, row, n);
