@@ -216,7 +216,7 @@ std::string flash_unsupported(const KernelSpec& spec) {
   return cpu::avx2_f32_unsupported_reason(dtype);
 }
 std::string flash_avx512_unsupported(const KernelSpec& spec) {
-  if (!cpu::has_avx512f()) return "the CPU lacks AVX-512";
+  if (std::string why = cpu::isa_unavailable_reason(cpu::Isa::Avx512); !why.empty()) return why;
   return flash_unsupported(spec);
 }
 #endif

@@ -252,7 +252,7 @@ std::string layer_norm_avx2_unsupported_reason(const KernelSpec& spec) {
 }
 
 std::string layer_norm_avx512_unsupported_reason(const KernelSpec& spec) {
-  if (!cpu::has_avx512f()) return "the CPU lacks AVX-512";
+  if (std::string why = cpu::isa_unavailable_reason(cpu::Isa::Avx512); !why.empty()) return why;
   return layer_norm_avx2_unsupported_reason(spec);
 }
 #endif

@@ -587,7 +587,7 @@ class PoolAvx2 final : public KernelInstance {
 // it) takes the reference loops.
 std::string window_pool_avx2_unsupported(const KernelSpec& spec) {
   if (spec.inputs[0].dtype != DType::BF16) return avx2_unsupported(spec);
-  if (!cpu::has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
+  if (std::string why = cpu::isa_unavailable_reason(cpu::Isa::Avx2); !why.empty()) return why;
   if (spec.inputs[0].layout == Layout::Plain)
     return "bf16 runs in channels-inner layouts (nhwc, nChw8c, nChw16c) only";
   return "";

@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kernels/cpu/cpu_features.h"
 #include "ops_test_util.h"
 
 namespace kiln {
@@ -583,6 +584,7 @@ TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {
 
 TEST(OpsReduction, Avx2DeclinesWhatTheReferenceTakes) {
   if (!test::has_kernel("sum", "avx2")) GTEST_SKIP() << "not an x86 build";
+  if (!cpu::has_avx2_fma()) GTEST_SKIP() << "no AVX2+FMA: that reason comes first";
   OneNode apart("sum", {type_of(DType::F32, {2, 3, 4})}, dims({0, 2}));
   EXPECT_MENTIONS(test::unsupported_reason(*apart.node, "avx2"),
                   "the reduced dims of [2, 3, 4] are not one block of adjacent dims");

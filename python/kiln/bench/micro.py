@@ -214,12 +214,15 @@ def targets(results: dict) -> list[tuple[str, bool, str]]:
 
 
 def markdown(results: dict) -> str:
+    from kiln.bench.report import isa_cap
+
     m = results["micro"]
     machine = results["machine"]
     threads = m["threads"]
     lines = [f"# Kiln micro-benchmarks, {results['date']}", "",
              f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, "
-             f"{machine['memory_gib']} GiB; ISA {', '.join(machine['isa'])}; "
+             f"{machine['memory_gib']} GiB; ISA {', '.join(machine['isa'])}"
+             f"{isa_cap(machine)}; "
              f"kernels on {threads} thread(s). Command: `{results['command']}`", "",
              "Rates and times are from the fastest of each measurement's runs (the medians are "
              "in the JSON)."

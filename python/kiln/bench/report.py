@@ -59,11 +59,19 @@ def machine_info() -> dict:
         "physical_cores": cores,
         "isa": [f for f in _ISA_FLAGS if f in flags],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # Caps Kiln's own kernels (docs/config.md); None: uncapped.
+        "kiln_max_cpu_isa": os.environ.get("KILN_MAX_CPU_ISA") or None,
         "memory_gib": _memory_gib(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "libraries": {name: package_version(name) for name in _LIBRARIES},
     }
+
+
+def isa_cap(machine: dict) -> str:
+    """" (Kiln's kernels capped by KILN_MAX_CPU_ISA=...)" when it was set, else ""."""
+    cap = machine.get("kiln_max_cpu_isa")
+    return f" (Kiln's kernels capped by KILN_MAX_CPU_ISA={cap})" if cap else ""
 
 
 def speedups(records: list[dict]) -> dict[tuple, float]:
@@ -109,7 +117,8 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs "
         f"({machine['physical_cores']} physical cores), {machine['memory_gib']} GiB; "
-        f"ISA: {' '.join(machine['isa'])}; PyTorch kernels: {machine['torch_cpu_capability']}; "
+        f"ISA: {' '.join(machine['isa'])}{isa_cap(machine)}; "
+        f"PyTorch kernels: {machine['torch_cpu_capability']}; "
         f"{machine['os']}, Python {machine['python']}.",
         "",
         "Libraries: " + ", ".join(f"{k} {v}" for k, v in machine["libraries"].items()) + ".",

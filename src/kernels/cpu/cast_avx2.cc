@@ -82,7 +82,7 @@ std::string vector_cast_unsupported_reason(DType from, DType to) {
     return "no vector kernel casts " + std::string(dtype_name(from)) + " to " +
            std::string(dtype_name(to)) + " (only f32 <-> f16 and f32 <-> bf16)";
 #ifdef KILN_X86
-  if (!has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
+  if (std::string why = isa_unavailable_reason(Isa::Avx2); !why.empty()) return why;
   if (cast->needs_f16c && !has_f16c()) return "the CPU lacks F16C";
   return "";
 #else

@@ -1,33 +1,79 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "dnnl.hpp"
 #include "kernels/cpu/fma_loops.h"
+#include "kiln/error.h"
 
 namespace kiln::cpu {
 
-bool has_avx2_fma() {
+namespace {
+
+constexpr std::pair<Isa, const char*> kIsaNames[] = {
+    {Isa::Portable, "portable"}, {Isa::Avx2, "avx2"}, {Isa::Avx512, "avx512"}};
+
+const char* isa_name(Isa isa) {
+  for (const auto& [candidate, name] : kIsaNames)
+    if (candidate == isa) return name;
+  return "?";
+}
+
+// The CPU's own, before any cap. libgcc's checks include the OS's support for the registers
+// (XCR0).
+Isa cpu_isa() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return supported;
+  static const Isa isa = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+                             ? Isa::Portable
+                         : __builtin_cpu_supports("avx512f") ? Isa::Avx512
+                                                             : Isa::Avx2;
+  return isa;
 #else
-  return false;
+  return Isa::Portable;
 #endif
 }
 
-bool has_avx512f() {
-#if defined(__x86_64__) || defined(__i386__)
-  // libgcc's check includes the OS's support for the registers (XCR0).
-  static const bool supported = has_avx2_fma() && __builtin_cpu_supports("avx512f");
-  return supported;
-#else
-  return false;
-#endif
+// KILN_MAX_CPU_ISA, Avx512 when unset; nullopt for a value that names no ISA.
+std::optional<Isa> isa_cap() {
+  const char* text = std::getenv("KILN_MAX_CPU_ISA");
+  if (!text || !*text) return Isa::Avx512;
+  std::string value(text);
+  std::transform(value.begin(), value.end(), value.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const auto& [isa, name] : kIsaNames)
+    if (value == name) return isa;
+  return std::nullopt;
 }
+
+}  // namespace
+
+Isa max_isa() {
+  static const std::optional<Isa> cap = isa_cap();
+  if (!cap)
+    throw_error(ErrorCode::InvalidArgument, "KILN_MAX_CPU_ISA is '",
+                std::getenv("KILN_MAX_CPU_ISA"), "'; set it to avx512, avx2 or portable, or unset it");
+  return std::min(cpu_isa(), *cap);
+}
+
+std::string isa_unavailable_reason(Isa needed) {
+  if (cpu_isa() < needed)
+    return needed == Isa::Avx512 ? "the CPU lacks AVX-512" : "the CPU lacks AVX2 and FMA";
+  if (max_isa() < needed)
+    return std::string("KILN_MAX_CPU_ISA=") + isa_name(max_isa()) + " excludes " +
+           (needed == Isa::Avx512 ? "AVX-512" : "AVX2");
+  return "";
+}
+
+bool has_avx2_fma() { return max_isa() >= Isa::Avx2; }
+
+bool has_avx512f() { return max_isa() >= Isa::Avx512; }
 
 bool avx512_fma_full_width() {
 #ifdef KILN_X86
@@ -60,7 +106,7 @@ bool avx512_fma_full_width() {
 bool has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool supported = __builtin_cpu_supports("avx512bf16");
-  return supported;
+  return supported && has_avx512f();
 #else
   return false;
 #endif
@@ -95,7 +141,7 @@ int64_t last_level_cache_bytes() {
 }
 
 std::string avx2_f32_unsupported_reason(DType dtype) {
-  if (!has_avx2_fma()) return "the CPU lacks AVX2 and FMA";
+  if (std::string why = isa_unavailable_reason(Isa::Avx2); !why.empty()) return why;
   if (dtype != DType::F32)
     return "the AVX2 kernel takes f32, not " + std::string(dtype_name(dtype));
   return "";

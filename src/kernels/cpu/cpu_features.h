@@ -22,11 +22,25 @@
 
 namespace kiln::cpu {
 
-// AVX2 and FMA together (Haswell and Zen onward): what Kiln's vectorized kernels need.
+// The widest instruction set Kiln's own kernels may use: the CPU's, capped by the environment
+// variable KILN_MAX_CPU_ISA, as ONEDNN_MAX_CPU_ISA caps oneDNN's (which Kiln leaves to that
+// one): "avx512" (the default: no cap), "avx2" (8-lane kernels, so an AVX2 machine's bits on an
+// AVX-512 one) or "portable" (no vector kernels of Kiln's own). Read once; any other value is
+// E10001 from every call, so the first compile or kernel choice reports it.
+enum class Isa { Portable, Avx2, Avx512 };
+Isa max_isa();
+
+// Why Kiln's kernels can't use `needed`: the CPU lacks it, or KILN_MAX_CPU_ISA excludes it;
+// empty when they can.
+std::string isa_unavailable_reason(Isa needed);
+
+// AVX2 and FMA together (Haswell and Zen onward): what Kiln's vectorized kernels need. False
+// when KILN_MAX_CPU_ISA is "portable"; so are the checks below.
 bool has_avx2_fma();
 
 // AVX-512 Foundation with AVX2 and FMA (Skylake-SP, Ice Lake, Zen 4 onward), the OS saving the
-// 512-bit registers: twice the f32 lanes per instruction.
+// 512-bit registers: twice the f32 lanes per instruction. False when KILN_MAX_CPU_ISA is below
+// "avx512"; so is has_avx512_bf16.
 bool has_avx512f();
 
 // Whether this CPU's AVX-512 FMAs run at the rate of its AVX2 ones, so twice the f32 FLOPs: its
