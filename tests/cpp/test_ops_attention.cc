@@ -784,6 +784,43 @@ TEST(OpsAttention, GroupedQueryAttentionReadsEachGroupsHead) {
 
 // ---------------------------------------------------------------- bf16
 
+// A bf16 attention node (uncast, as fold_bf16_casts_into_widening_kernels makes it) on q, k and v
+// rounded to bf16, and the f32 node on the same values widened back.
+struct Bf16Problem {
+  std::vector<Tensor> wide, narrow;
+  Graph graph;
+  const Node* node = nullptr;
+  OneNode f32_node;
+
+  static std::vector<TensorType> types_of(const std::vector<Tensor>& tensors) {
+    std::vector<TensorType> types;
+    for (const Tensor& t : tensors) types.push_back(type_of(t.dtype(), t.sizes()));
+    return types;
+  }
+  static std::vector<Tensor> rounded(std::vector<Tensor> wide) {
+    for (size_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < wide[i].numel(); ++j)
+        wide[i].data<float>()[j] = cpu::to_float(cpu::to_bfloat16(wide[i].data<float>()[j]));
+    return wide;
+  }
+  Bf16Problem(std::vector<Tensor> f32_inputs, const AttrMap& attrs)
+      : wide(rounded(std::move(f32_inputs))),
+        narrow(wide),
+        f32_node(kOp, types_of(wide), attrs) {
+    for (size_t i = 0; i < 3; ++i) {
+      narrow[i] = Tensor::empty(DType::BF16, wide[i].sizes());
+      for (int64_t j = 0; j < wide[i].numel(); ++j)
+        narrow[i].data<cpu::BFloat16>()[j] = cpu::to_bfloat16(wide[i].data<float>()[j]);
+    }
+    std::vector<Value*> inputs;
+    const std::vector<TensorType> types = types_of(narrow);
+    for (size_t i = 0; i < types.size(); ++i)
+      inputs.push_back(graph.add_input("in" + std::to_string(i), types[i]));
+    // Uncast, as the pass adds it (the builder would put the casts around it).
+    node = graph.add_uncast(kOp, inputs, attrs)->producer();
+  }
+};
+
 // bf16 attention (what fold_bf16_casts_into_widening_kernels makes) is each kernel's f32 result
 // on the widened q, k and v rounded to bf16: the bits of the casts it replaces, NaNs included;
 // its additive mask is f32. Decoding rows, several key blocks, odd E and Ev, causal, bool and
@@ -813,32 +850,13 @@ TEST(OpsAttention, Bf16IsTheF32OneBetweenCasts) {
             if (index % 5 == 0) test::sprinkle_extremes(wide[i], rng);
             if (heads_second_last && i == 0) wide[i] = swap_heads(wide[i]);
           }
-          std::vector<Tensor> narrow = wide;
-          std::vector<TensorType> wide_types, narrow_types;
-          for (size_t i = 0; i < wide.size(); ++i) {
-            if (i < 3) {
-              narrow[i] = Tensor::empty(DType::BF16, wide[i].sizes());
-              for (int64_t j = 0; j < wide[i].numel(); ++j) {
-                narrow[i].data<cpu::BFloat16>()[j] = cpu::to_bfloat16(wide[i].data<float>()[j]);
-                wide[i].data<float>()[j] = cpu::to_float(narrow[i].data<cpu::BFloat16>()[j]);
-              }
-            }
-            wide_types.push_back(type_of(wide[i].dtype(), wide[i].sizes()));
-            narrow_types.push_back(type_of(narrow[i].dtype(), narrow[i].sizes()));
-          }
           AttrMap attrs = p.attrs();
           if (heads_second_last) attrs[kHeadsSecondLast[0]] = attrs[kHeadsSecondLast[3]] = true;
-          // Uncast, as the pass adds it (the builder would put the casts around it).
-          Graph bf16_graph;
-          std::vector<Value*> bf16_inputs;
-          for (size_t i = 0; i < narrow_types.size(); ++i)
-            bf16_inputs.push_back(bf16_graph.add_input("in" + std::to_string(i), narrow_types[i]));
-          const Node& bf16_node = *bf16_graph.add_uncast(kOp, bf16_inputs, attrs)->producer();
-          OneNode f32_node(kOp, wide_types, attrs);
+          const Bf16Problem b(std::move(wide), attrs);
           for (const std::string& kernel : kernels) {
             SCOPED_TRACE(kernel);
-            const Tensor got = test::run_kernel(bf16_node, kernel, narrow, 2)[0];
-            const Tensor f32 = test::run_kernel(*f32_node.node, kernel, wide)[0];
+            const Tensor got = test::run_kernel(*b.node, kernel, b.narrow, 2)[0];
+            const Tensor f32 = test::run_kernel(*b.f32_node.node, kernel, b.wide)[0];
             ASSERT_EQ(got.sizes(), f32.sizes());
             ASSERT_TRUE(test::is_rounded_to_bf16(got, f32));
           }
@@ -854,6 +872,121 @@ TEST(OpsAttention, Bf16IsTheF32OneBetweenCasts) {
   EXPECT_EQ(test::error_code_of(add, &message), ErrorCode::ShapeInference);
   EXPECT_NE(message.find("attn_mask must be bool (true = attend) or f32"), std::string::npos)
       << message;
+}
+
+bool onednn_bf16_available() {
+  if (!test::has_kernel(kOp, "onednn_bf16")) return false;
+  Graph g;
+  std::vector<Value*> inputs;
+  for (const char* name : {"q", "k", "v"})
+    inputs.push_back(g.add_input(name, type_of(DType::BF16, {2, 4})));
+  return test::unsupported_reason(*g.add_uncast(kOp, inputs, {})->producer(), "onednn_bf16")
+      .empty();
+}
+
+// onednn_bf16 (oneDNN's bf16 matmul, P rounded to bf16 before P v) against the f32 kernel on the
+// same widened values: within 2^-8 (max |v| + |out|) per output element, the bound docs/ops.md
+// gives (P's rounding moves an output by at most 2^-8 max |v - out|, the result's own rounding by
+// a bf16 half ULP); NaN where it is NaN; zeros for rows attending no key. Decoding rows,
+// L != S, odd E and Ev, bool and additive masks (broadcast, -inf, rows all masked), scales,
+// heads second last, rank 3, a NaN in q or k, chunks of heads.
+TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
+  if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
+  std::mt19937 rng(47);
+  int index = 0;
+  for (int64_t l : {1, 17, 197})
+    for (int64_t s : {1, 70, 197})
+      for (int64_t e : {64, 13})
+        for (int repeat = 0; repeat < 2; ++repeat) {
+          const int64_t ev = std::array<int64_t, 3>{e, 20, 13}[index % 3];
+          const int64_t heads = index % 4 == 3 ? 0 : 3;  // 0: rank 3
+          auto sizes = [&](int64_t rows, int64_t cols) {
+            return heads ? std::vector<int64_t>{2, heads, rows, cols}
+                         : std::vector<int64_t>{5, rows, cols};
+          };
+          Problem p(sizes(l, e), sizes(s, e), sizes(s, ev));
+          p.with_scale(index % 2 ? 0.3 : 0.0);
+          if (index % 3 != 2) {
+            const std::vector<int64_t> mask_shapes[] = {
+                {l, s}, heads ? std::vector<int64_t>{2, 1, 1, s} : std::vector<int64_t>{5, 1, s}};
+            p.with_mask(mask_shapes[index % 3], index % 4 < 2 ? DType::Bool : DType::F32);
+          }
+          const bool heads_second_last = heads && index % 2 == 1;
+          SCOPED_TRACE(p.name() + (heads_second_last ? " heads second last" : ""));
+          std::vector<Tensor> wide = random_inputs(p, rng);
+          if (p.mask && index % 5 == 0) {  // a query row attending no key
+            Tensor& m = wide[3];
+            const int64_t cols = m.sizes().back();
+            for (int64_t j = 0; j < cols; ++j) {
+              if (m.dtype() == DType::Bool) m.data<uint8_t>()[j] = 0;
+              else m.data<float>()[j] = -kInf;
+            }
+          }
+          if (index % 7 == 0) wide[0].data<float>()[wide[0].numel() / 2] = kNaN;
+          if (index % 7 == 3) wide[1].data<float>()[wide[1].numel() - 1] = kNaN;  // one key's
+          AttrMap attrs = p.attrs();
+          if (heads_second_last) {
+            for (int i = 0; i < 3; ++i) wide[i] = swap_heads(wide[i]);
+            for (const char* attr : kHeadsSecondLast) attrs[attr] = true;
+          }
+          const Bf16Problem b(std::move(wide), attrs);
+          const Tensor got = test::run_kernel(*b.node, "onednn_bf16", b.narrow, 2)[0];
+          const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
+          ASSERT_EQ(got.sizes(), f32.sizes());
+          float max_v = 0;
+          for (int64_t j = 0; j < b.wide[2].numel(); ++j)
+            max_v = std::max(max_v, std::fabs(b.wide[2].data<float>()[j]));
+          for (int64_t j = 0; j < got.numel(); ++j) {
+            const float g = cpu::to_float(got.data<cpu::BFloat16>()[j]);
+            const float want = f32.data<float>()[j];
+            if (std::isnan(want)) {
+              EXPECT_TRUE(std::isnan(g)) << "element " << j;
+              continue;
+            }
+            EXPECT_LE(std::fabs(g - want), std::ldexp(max_v + std::fabs(want), -8))
+                << "element " << j << ": " << g << " vs " << want;
+          }
+          ++index;
+        }
+  // Chunks of heads: 12 heads of 1024 x 1024 scores hold more than one chunk's 16 MiB.
+  Problem p({1, 12, 1024, 64}, {1, 12, 1024, 64}, {1, 12, 1024, 64});
+  const Bf16Problem b(random_inputs(p, rng), p.attrs());
+  const Tensor got = test::run_kernel(*b.node, "onednn_bf16", b.narrow, 2)[0];
+  const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
+  for (int64_t j = 0; j < got.numel(); ++j)
+    ASSERT_LE(std::fabs(cpu::to_float(got.data<cpu::BFloat16>()[j]) - f32.data<float>()[j]),
+              std::ldexp(2.0f + std::fabs(f32.data<float>()[j]), -8))
+        << "element " << j;
+}
+
+// What onednn_bf16 declines, and why: grouped-query attention (heads not evenly spaced), f32,
+// causal attention and a head whose scores alone exceed the chunk (the flash kernel takes
+// those).
+TEST(OpsAttention, OnednnBf16DeclinesWithReasons) {
+  if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
+  auto reason = [](const Problem& p, AttrMap attrs) {
+    Graph g;
+    std::vector<Value*> inputs;
+    for (TensorType t : p.types()) {
+      if (inputs.size() < 3) t.dtype = DType::BF16;
+      inputs.push_back(g.add_input("in" + std::to_string(inputs.size()), t));
+    }
+    return test::unsupported_reason(*g.add_uncast(kOp, inputs, attrs)->producer(),
+                                    "onednn_bf16");
+  };
+  Problem gqa({1, 8, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  AttrMap gqa_attrs = gqa.attrs();
+  gqa_attrs["enable_gqa"] = true;
+  EXPECT_EQ(reason(gqa, gqa_attrs),
+            "the heads' matrices are not evenly spaced (grouped-query attention)");
+  Problem f32({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  EXPECT_EQ(test::unsupported_reason(*OneNode(kOp, f32.types(), f32.attrs()).node, "onednn_bf16"),
+            "takes bf16 q, k and v");
+  EXPECT_EQ(reason(f32, Problem(f32).with_causal().attrs()),
+            "causal: the flash kernel skips the masked half of the scores");
+  Problem long_rows({1, 1, 2048, 64}, {1, 1, 2048, 64}, {1, 1, 2048, 64});
+  EXPECT_EQ(reason(long_rows, long_rows.attrs()),
+            "one head's 2048 x 2048 scores exceed 16 MiB: the flash kernel keeps memory bounded");
 }
 
 // ---------------------------------------------------------------- through the executor

@@ -38,9 +38,10 @@ def half_ulp(values, dtype):
     return 0.5 * info.eps * torch.exp2(torch.floor(torch.log2(magnitude)))
 
 
-def check_op(module, *inputs):
+def check_op(module, *inputs, intermediate=0.0):
     """module (f16 or bf16) through Kiln with no fallback: each element within half a ULP of
-    the f32 result plus the f32 computation's own error."""
+    the f32 result plus the f32 computation's own error, plus `intermediate` for a kernel that
+    rounds an intermediate to the 2-byte dtype by design (docs/ops.md gives its bound)."""
     dtype = inputs[0].dtype
     with torch.no_grad():
         got = compile_kiln(module)(*inputs)
@@ -49,7 +50,7 @@ def check_op(module, *inputs):
         eager = module(*inputs)
     assert got.dtype == dtype and got.shape == eager.shape
     f32_error = (f32.double() - truth).abs().max().item()
-    bound = half_ulp(got, dtype) + 4 * f32_error + torch.finfo(torch.float32).tiny
+    bound = half_ulp(got, dtype) + 4 * f32_error + intermediate + torch.finfo(torch.float32).tiny
     error = (got.double() - truth).abs()
     worst = (error - bound).max().item()
     assert worst <= 0, f"Kiln exceeds its bound by {worst} (eager: {(eager.double() - truth).abs().max().item()})"
@@ -112,7 +113,12 @@ SINGLE_OPS = single_ops()
 def test_single_op_rounds_once(name, dtype):
     torch.manual_seed(0)
     make, inputs = SINGLE_OPS[name]
-    check_op(make().eval().to(dtype), *(x.to(dtype) for x in inputs))
+    inputs = [x.to(dtype) for x in inputs]
+    # bf16 attention's onednn_bf16 kernel rounds its softmax weights to bf16 before P·v, as
+    # PyTorch's does: at most 2^-8 max|v - y| more, below 2^-7 max|v| (v is the input here).
+    intermediate = (2.0 ** -7 * inputs[0].double().abs().max().item()
+                    if name == "attention" and dtype == torch.bfloat16 else 0.0)
+    check_op(make().eval().to(dtype), *inputs, intermediate=intermediate)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f16"])

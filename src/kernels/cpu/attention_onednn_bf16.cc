@@ -1,0 +1,303 @@
+// bf16 scaled dot-product attention through oneDNN's bf16 matmul: its AMX (or AVX512-BF16)
+// dot products run at several times the f32 FMA rate, where the flash kernel widens bf16 to f32.
+// For a chunk of heads at a time: S = q k^T (f32 accumulation; bf16 products are exact in f32)
+// into scratch; a row softmax in f32 (scale, mask) whose weights exp(s - max) are rounded to
+// bf16 P; then P v, accumulated in f32, divided by the sum of the rounded weights and rounded
+// once to bf16. Rounding P before the second product is what PyTorch's CPU kernel does too;
+// dividing by the rounded weights' own sum keeps each output a weighted mean of v's rows, so
+// the error P adds is at most 2^-8 max |v - y| (docs/ops.md). The chunk's scores are held whole,
+// so the kernel declines heads whose L x S scores exceed kMaxChunkBytes (the flash kernel keeps
+// memory bounded for long sequences), and causal attention, whose masked half the flash kernel
+// skips (measured level or faster there).
+#include "kernels/cpu/attention.h"
+
+#ifdef KILN_X86
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/float16.h"
+#include "kernels/cpu/library_threads.h"
+#include "kernels/cpu/onednn_util.h"
+#include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/vec_math_avx512.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+// The scores and P of one chunk of heads. Larger chunks make fewer, larger oneDNN calls: 2, 8
+// and 32 MiB ran [8, 12, 197, 64] alike (the softmax's passes over the scores cost the same
+// either way), and [1, 12, 1024, 64] in 17, 12 and 8.5 ms (docs/benchmarks.md, 2026-12-04).
+constexpr int64_t kMaxChunkBytes = int64_t{16} << 20;
+constexpr int64_t kScoreBytes = sizeof(float) + sizeof(BFloat16);  // S and P per score
+
+// The heads (the output's last batch dim; 1 without batch dims) and, per operand, the element
+// stride from one head's matrix to the next: every operand's offsets must step evenly through
+// the heads of each outer index (not so with grouped-query attention, where heads share k and v).
+struct Heads {
+  int64_t count = 1, outer = 1;
+  int64_t q = 0, k = 0, v = 0, out = 0;  // strides; 0 where the operand is broadcast
+};
+
+// The stride of `offsets` through the heads, or -1 where they don't step evenly.
+int64_t head_stride(const std::vector<int64_t>& offsets, int64_t heads) {
+  if (heads == 1) return 0;
+  const int64_t stride = offsets[1] - offsets[0];
+  for (size_t o = 0; o < offsets.size(); o += static_cast<size_t>(heads))
+    for (int64_t h = 0; h < heads; ++h)
+      if (offsets[o + static_cast<size_t>(h)] != offsets[o] + h * stride) return -1;
+  return stride;
+}
+
+Heads heads_of(const KernelSpec& spec, const AttentionGeometry& g) {
+  Heads h;
+  const std::vector<int64_t> out = spec.output_sizes(0);
+  if (out.size() >= 3)
+    h.count = spec.node.attr_bool(kHeadsSecondLastAttrs[3]) ? out[out.size() - 2]
+                                                             : out[out.size() - 3];
+  h.outer = h.count > 0 ? g.batch_count() / h.count : 0;
+  h.q = head_stride(g.q_offsets, h.count);
+  h.k = head_stride(g.k_offsets, h.count);
+  h.v = head_stride(g.v_offsets, h.count);
+  h.out = head_stride(g.out_offsets, h.count);
+  return h;
+}
+
+// Heads per chunk: the largest divisor of the head count whose scores fit kMaxChunkBytes.
+int64_t chunk_heads(const AttentionGeometry& g, int64_t heads) {
+  const int64_t per_head = g.l * g.s * kScoreBytes;
+  for (int64_t c = heads; c >= 1; --c)
+    if (heads % c == 0 && c * per_head <= kMaxChunkBytes) return c;
+  return 0;
+}
+
+// A [heads, rows, cols] matrix batch for oneDNN: a broadcast operand (head stride 0) has one
+// head, and a dim of size 1 gets a stride oneDNN accepts.
+memory::desc batch_desc(int64_t heads, int64_t head_stride, int64_t rows, int64_t row_stride,
+                        int64_t cols, int64_t col_stride, memory::data_type type) {
+  if (head_stride == 0) heads = 1;
+  if (rows == 1) row_stride = cols * col_stride;
+  if (heads == 1) head_stride = rows * std::max(row_stride, cols * col_stride);
+  return memory::desc({heads, rows, cols}, type, {head_stride, row_stride, col_stride});
+}
+
+// The largest and the sum of a vector's lanes, once per row (GCC 12's _mm512_reduce_* warn of
+// an undefined passthrough).
+KILN_TARGET_AVX512 float lanes_max(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  return *std::max_element(lanes, lanes + 16);
+}
+KILN_TARGET_AVX512 float lanes_sum(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  float sum = 0;
+  for (float x : lanes) sum += x;
+  return sum;
+}
+
+// x rounded to the nearest bf16, ties to even, into p's lanes (x holds no NaN); returns the
+// rounded values (a bf16 is an f32's top half).
+KILN_TARGET_AVX512 __m512 store_bf16(__m512 x, BFloat16* p, __mmask16 lanes) {
+  using avx512::kAllLanes;
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_maskz_and_epi32(kAllLanes, _mm512_maskz_srli_epi32(kAllLanes, bits, 16),
+                                             _mm512_set1_epi32(1));
+  const __m512i biased = _mm512_maskz_add_epi32(kAllLanes, bits, _mm512_set1_epi32(0x7FFF));
+  const __m512i top = _mm512_maskz_srli_epi32(
+      kAllLanes, _mm512_maskz_add_epi32(kAllLanes, biased, odd), 16);
+  _mm512_mask_cvtepi32_storeu_epi16(p, lanes, top);
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, top, 16));
+}
+
+// The lanes of the 16 elements from j on, of n.
+inline __mmask16 lanes_from(int64_t j, int64_t n) {
+  return static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+}
+
+class OneDnnBf16Attention final : public KernelInstance {
+ public:
+  OneDnnBf16Attention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t chunk)
+      : g_(std::move(g)), heads_(heads), chunk_(chunk), threads_(spec.threads) {
+    LibraryThreads scope(threads_);
+    const auto bf16 = memory::data_type::bf16, f32 = memory::data_type::f32;
+    const memory::desc q = batch_desc(chunk_, heads_.q, g_.l, g_.q_row_stride, g_.e, 1, bf16);
+    // k^T: k's rows are its columns.
+    const memory::desc kt = batch_desc(chunk_, heads_.k, g_.e, 1, g_.s, g_.k_row_stride, bf16);
+    const memory::desc scores = plain_desc({chunk_, g_.l, g_.s}, f32);
+    const memory::desc p = plain_desc({chunk_, g_.l, g_.s}, bf16);
+    const memory::desc v = batch_desc(chunk_, heads_.v, g_.s, g_.v_row_stride, g_.ev, 1, bf16);
+    const memory::desc weighted = plain_desc({chunk_, g_.l, g_.ev}, f32);
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+    const dnnl::matmul::primitive_desc scores_pd(dnnl::matmul::desc(q, kt, scores), attr,
+                                                 onednn_engine());
+    const dnnl::matmul::primitive_desc values_pd(dnnl::matmul::desc(p, v, weighted), attr,
+                                                 onednn_engine());
+    scores_ = dnnl::matmul(scores_pd);
+    values_ = dnnl::matmul(values_pd);
+    descs_ = {q, kt, scores, p, v, weighted, scores_pd.scratchpad_desc(),
+              values_pd.scratchpad_desc()};
+    rows_ = chunk_ * g_.l;
+  }
+
+  size_t scratch_bytes() const override {
+    const size_t pad = std::max(descs_.scores_pad.get_size(), descs_.values_pad.get_size());
+    return static_cast<size_t>(rows_ * (g_.s * kScoreBytes + (g_.ev + 1) * 4)) + pad + 64;
+  }
+
+  void run(std::span<const void* const> in, std::span<void* const> out,
+           void* scratch) const override {
+    LibraryThreads scope(threads_);
+    const auto* q = static_cast<const BFloat16*>(in[0]);
+    const auto* k = static_cast<const BFloat16*>(in[1]);
+    const auto* v = static_cast<const BFloat16*>(in[2]);
+    const auto* mask = g_.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]);
+    auto* y = static_cast<BFloat16*>(out[0]);
+    // Scratch: the scores (f32), the weights P (bf16), P v (f32), each row's sum of P.
+    auto* scores = static_cast<float*>(scratch);
+    auto* weighted = scores + rows_ * g_.s;
+    auto* sums = weighted + rows_ * g_.ev;
+    auto* p = reinterpret_cast<BFloat16*>(sums + rows_);
+    void* pad = reinterpret_cast<void*>(
+        (reinterpret_cast<uintptr_t>(p + rows_ * g_.s) + 63) / 64 * 64);
+    const dnnl::engine& engine = onednn_engine();
+    auto mem = [&](const memory::desc& d, const void* data) {
+      return memory(d, engine, const_cast<void*>(data));
+    };
+    for (int64_t o = 0; o < heads_.outer; ++o)
+      for (int64_t h0 = 0; h0 < heads_.count; h0 += chunk_) {
+        const size_t b = static_cast<size_t>(o * heads_.count + h0);
+        execute_and_wait(scores_, {{DNNL_ARG_SRC, mem(descs_.q, q + g_.q_offsets[b])},
+                                   {DNNL_ARG_WEIGHTS, mem(descs_.kt, k + g_.k_offsets[b])},
+                                   {DNNL_ARG_DST, mem(descs_.scores, scores)},
+                                   {DNNL_ARG_SCRATCHPAD, mem(descs_.scores_pad, pad)}});
+        parallel_chunks(rows_, g_.s * 8, threads_, [&](int64_t begin, int64_t end) {
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t head = row / g_.l, i = row % g_.l;
+            const void* mask_row =
+                mask ? mask + static_cast<size_t>(g_.mask_offsets[b + static_cast<size_t>(head)] +
+                                                  i * g_.mask_row_stride) *
+                                  (g_.mask == AttentionMask::Bool ? 1 : sizeof(float))
+                     : nullptr;
+            sums[row] = softmax_row(scores + row * g_.s, mask_row, p + row * g_.s);
+          }
+        });
+        execute_and_wait(values_, {{DNNL_ARG_SRC, mem(descs_.p, p)},
+                                   {DNNL_ARG_WEIGHTS, mem(descs_.v, v + g_.v_offsets[b])},
+                                   {DNNL_ARG_DST, mem(descs_.weighted, weighted)},
+                                   {DNNL_ARG_SCRATCHPAD, mem(descs_.values_pad, pad)}});
+        parallel_chunks(rows_, g_.ev, threads_, [&](int64_t begin, int64_t end) {
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t head = row / g_.l, i = row % g_.l;
+            normalize_row(weighted + row * g_.ev, sums[row],
+                          y + g_.out_offsets[b + static_cast<size_t>(head)] +
+                              i * g_.out_row_stride);
+          }
+        });
+      }
+  }
+
+ private:
+  // A row of the scores: scaled, masked (-inf where a key is not attended), then its weights
+  // exp(x - max) rounded to bf16 into p (the largest is 1, exactly). Returns the sum of the
+  // rounded weights, which normalize_row divides by: the result is then a weighted mean of v's
+  // rows whose weights sum to 1 however P rounded. As the reference: a row attending no key
+  // gives zeros (sum 0), a NaN score makes the row NaN.
+  KILN_TARGET_AVX512 float softmax_row(float* x, const void* mask_row, BFloat16* p) const {
+    using namespace avx512;
+    const int64_t n = g_.s;
+    const __m512 scale = splat(static_cast<float>(g_.scale));
+    const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
+    __m512 max = neg_inf;
+    __mmask16 nan = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 lanes = lanes_from(j, n);
+      __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), scale);
+      __mmask16 keep = lanes;
+      if (g_.mask == AttentionMask::Bool) {
+        for (int64_t t = 0; t < 16 && j + t < n; ++t)
+          if (static_cast<const uint8_t*>(mask_row)[(j + t) * g_.mask_col_stride] == 0)
+            keep &= static_cast<__mmask16>(~(1u << t));
+      } else if (g_.mask == AttentionMask::Additive) {
+        const auto* m = static_cast<const float*>(mask_row);
+        s = _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
+                                                      : _mm512_maskz_loadu_ps(lanes, m + j));
+      }
+      s = _mm512_mask_blend_ps(keep, neg_inf, s);
+      nan |= _mm512_mask_cmp_ps_mask(lanes, s, s, _CMP_UNORD_Q);
+      max = _mm512_mask_max_ps(max, lanes, max, s);
+      _mm512_mask_storeu_ps(x + j, lanes, s);
+    }
+    const float row_max = lanes_max(max);
+    if (nan || row_max == -std::numeric_limits<float>::infinity()) {
+      std::fill(p, p + n, to_bfloat16(nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f));
+      return nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    }
+    const __m512 m = splat(row_max);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 lanes = lanes_from(j, n);
+      const __m512 e = exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), m));
+      sum = _mm512_mask_add_ps(sum, lanes, sum, store_bf16(e, p + j, lanes));
+    }
+    return lanes_sum(sum);
+  }
+
+  // out (bf16) = w / sum, rounded once; zeros where sum is 0 (a row attending no key).
+  KILN_TARGET_AVX512 void normalize_row(const float* w, float sum, BFloat16* out) const {
+    if (std::isnan(sum)) {
+      std::fill(out, out + g_.ev, to_bfloat16(std::numeric_limits<float>::quiet_NaN()));
+      return;
+    }
+    const __m512 inverse = avx512::splat(sum == 0 ? 0.0f : 1.0f / sum);
+    for (int64_t c = 0; c < g_.ev; c += 16) {
+      const __mmask16 lanes = lanes_from(c, g_.ev);
+      store_bf16(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, w + c), inverse), out + c, lanes);
+    }
+  }
+
+  struct Descs {
+    memory::desc q, kt, scores, p, v, weighted, scores_pad, values_pad;
+  };
+  AttentionGeometry g_;
+  Heads heads_;
+  int64_t chunk_;
+  int threads_;
+  dnnl::matmul scores_, values_;
+  Descs descs_;
+  int64_t rows_ = 0;  // a chunk's query rows
+};
+
+}  // namespace
+
+std::string onednn_bf16_attention_unsupported(const KernelSpec& spec) {
+  if (spec.inputs[0].dtype != DType::BF16) return "takes bf16 q, k and v";
+  if (std::string why = isa_unavailable_reason(Isa::Avx512); !why.empty()) return why;
+  if (!onednn_has_bf16()) return "oneDNN has no native bf16 dot products on this CPU";
+  const AttentionGeometry g = make_attention_geometry(spec);
+  if (g.causal) return "causal: the flash kernel skips the masked half of the scores";
+  if (g.l == 0 || g.s == 0 || g.e == 0 || g.ev == 0 || g.batch_count() == 0)
+    return "an empty attention (a zero dim)";
+  const Heads heads = heads_of(spec, g);
+  if (heads.q < 0 || heads.k < 0 || heads.v < 0 || heads.out < 0)
+    return "the heads' matrices are not evenly spaced (grouped-query attention)";
+  if (chunk_heads(g, heads.count) == 0)
+    return "one head's " + std::to_string(g.l) + " x " + std::to_string(g.s) +
+           " scores exceed " + std::to_string(kMaxChunkBytes >> 20) +
+           " MiB: the flash kernel keeps memory bounded";
+  return "";
+}
+
+std::unique_ptr<KernelInstance> create_onednn_bf16_attention(const KernelSpec& spec) {
+  AttentionGeometry g = make_attention_geometry(spec);
+  const Heads heads = heads_of(spec, g);
+  const int64_t chunk = chunk_heads(g, heads.count);
+  return std::make_unique<OneDnnBf16Attention>(spec, std::move(g), heads, chunk);
+}
+
+}  // namespace kiln::cpu
+
+#endif  // KILN_X86
