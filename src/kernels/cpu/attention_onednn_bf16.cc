@@ -201,35 +201,38 @@ class OneDnnBf16Attention final : public KernelInstance {
   }
 
  private:
-  // A row of the scores: scaled, masked (-inf where a key is not attended), then its weights
+  // Row x of the scores: scaled, masked (-inf where a key is not attended), then its weights
   // exp(x - max) rounded to bf16 into p (the largest is 1, exactly). Returns the sum of the
   // rounded weights, which normalize_row divides by: the result is then a weighted mean of v's
   // rows whose weights sum to 1 however P rounded. As the reference: a row attending no key
-  // gives zeros (sum 0), a NaN score makes the row NaN.
-  KILN_TARGET_AVX512 float softmax_row(float* x, const void* mask_row, BFloat16* p) const {
+  // gives zeros (sum 0), a NaN score makes the row NaN. Two passes over x, the second
+  // recomputing the scaled and masked scores rather than storing them in the first.
+  KILN_TARGET_AVX512 float softmax_row(const float* x, const void* mask_row, BFloat16* p) const {
     using namespace avx512;
     const int64_t n = g_.s;
     const __m512 scale = splat(static_cast<float>(g_.scale));
     const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
+    auto masked = [&](int64_t j, __mmask16 lanes) KILN_TARGET_AVX512 {
+      __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), scale);
+      if (g_.mask == AttentionMask::None) return s;
+      if (g_.mask == AttentionMask::Additive) {
+        const auto* m = static_cast<const float*>(mask_row);
+        return _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
+                                                         : _mm512_maskz_loadu_ps(lanes, m + j));
+      }
+      __mmask16 keep = lanes;
+      for (int64_t t = 0; t < 16 && j + t < n; ++t)
+        if (static_cast<const uint8_t*>(mask_row)[(j + t) * g_.mask_col_stride] == 0)
+          keep &= static_cast<__mmask16>(~(1u << t));
+      return _mm512_mask_blend_ps(keep, neg_inf, s);
+    };
     __m512 max = neg_inf;
     __mmask16 nan = 0;
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 lanes = lanes_from(j, n);
-      __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), scale);
-      __mmask16 keep = lanes;
-      if (g_.mask == AttentionMask::Bool) {
-        for (int64_t t = 0; t < 16 && j + t < n; ++t)
-          if (static_cast<const uint8_t*>(mask_row)[(j + t) * g_.mask_col_stride] == 0)
-            keep &= static_cast<__mmask16>(~(1u << t));
-      } else if (g_.mask == AttentionMask::Additive) {
-        const auto* m = static_cast<const float*>(mask_row);
-        s = _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
-                                                      : _mm512_maskz_loadu_ps(lanes, m + j));
-      }
-      s = _mm512_mask_blend_ps(keep, neg_inf, s);
+      const __m512 s = masked(j, lanes);
       nan |= _mm512_mask_cmp_ps_mask(lanes, s, s, _CMP_UNORD_Q);
       max = _mm512_mask_max_ps(max, lanes, max, s);
-      _mm512_mask_storeu_ps(x + j, lanes, s);
     }
     const float row_max = lanes_max(max);
     if (nan || row_max == -std::numeric_limits<float>::infinity()) {
@@ -240,7 +243,7 @@ class OneDnnBf16Attention final : public KernelInstance {
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 lanes = lanes_from(j, n);
-      const __m512 e = exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), m));
+      const __m512 e = exp(_mm512_sub_ps(masked(j, lanes), m));
       sum = _mm512_mask_add_ps(sum, lanes, sum, store_bf16(e, p + j, lanes));
     }
     return lanes_sum(sum);
