@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "kernels/cpu/float16.h"
 #include "ops_test_util.h"
@@ -888,8 +889,9 @@ bool onednn_bf16_available() {
 // same widened values: within 2^-8 (max |v| + |out|) per output element, the bound docs/ops.md
 // gives (P's rounding moves an output by at most 2^-8 max |v - out|, the result's own rounding by
 // a bf16 half ULP); NaN where it is NaN; zeros for rows attending no key. Decoding rows,
-// L != S, odd E and Ev, bool and additive masks (broadcast, -inf, rows all masked), scales,
-// heads second last, rank 3, a NaN in q or k, chunks of heads.
+// L != S, odd E and Ev, causal (in blocks of 128 query rows), bool and additive masks
+// (broadcast, -inf, rows all masked), scales, heads second last, rank 3, a NaN in q or k,
+// chunks of heads.
 TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
   if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
   std::mt19937 rng(47);
@@ -897,7 +899,7 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
   for (int64_t l : {1, 17, 197})
     for (int64_t s : {1, 70, 197})
       for (int64_t e : {64, 13})
-        for (int repeat = 0; repeat < 2; ++repeat) {
+        for (bool causal : {false, true}) {
           const int64_t ev = std::array<int64_t, 3>{e, 20, 13}[index % 3];
           const int64_t heads = index % 4 == 3 ? 0 : 3;  // 0: rank 3
           auto sizes = [&](int64_t rows, int64_t cols) {
@@ -905,7 +907,7 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
                          : std::vector<int64_t>{5, rows, cols};
           };
           Problem p(sizes(l, e), sizes(s, e), sizes(s, ev));
-          p.with_scale(index % 2 ? 0.3 : 0.0);
+          p.with_causal(causal).with_scale(index % 2 ? 0.3 : 0.0);
           if (index % 3 != 2) {
             const std::vector<int64_t> mask_shapes[] = {
                 {l, s}, heads ? std::vector<int64_t>{2, 1, 1, s} : std::vector<int64_t>{5, 1, s}};
@@ -948,20 +950,25 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
           }
           ++index;
         }
-  // Chunks of heads: 12 heads of 1024 x 1024 scores hold more than one chunk's 16 MiB.
-  Problem p({1, 12, 1024, 64}, {1, 12, 1024, 64}, {1, 12, 1024, 64});
-  const Bf16Problem b(random_inputs(p, rng), p.attrs());
-  const Tensor got = test::run_kernel(*b.node, "onednn_bf16", b.narrow, 2)[0];
-  const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
-  for (int64_t j = 0; j < got.numel(); ++j)
-    ASSERT_LE(std::fabs(cpu::to_float(got.data<cpu::BFloat16>()[j]) - f32.data<float>()[j]),
-              std::ldexp(2.0f + std::fabs(f32.data<float>()[j]), -8))
-        << "element " << j;
+  // Chunks of heads: 12 heads of 1024 x 1024 scores hold more than one chunk's 16 MiB; causal,
+  // 8 blocks of rows, L < S and L > S.
+  for (const auto& [l, s, causal] : {std::tuple{1024, 1024, false}, {1024, 1024, true},
+                                     {300, 500, true}, {500, 300, true}}) {
+    Problem p({1, 12, l, 64}, {1, 12, s, 64}, {1, 12, s, 64});
+    p.with_causal(causal);
+    SCOPED_TRACE(p.name());
+    const Bf16Problem b(random_inputs(p, rng), p.attrs());
+    const Tensor got = test::run_kernel(*b.node, "onednn_bf16", b.narrow, 2)[0];
+    const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
+    for (int64_t j = 0; j < got.numel(); ++j)
+      ASSERT_LE(std::fabs(cpu::to_float(got.data<cpu::BFloat16>()[j]) - f32.data<float>()[j]),
+                std::ldexp(2.0f + std::fabs(f32.data<float>()[j]), -8))
+          << "element " << j;
+  }
 }
 
 // What onednn_bf16 declines, and why: grouped-query attention (heads not evenly spaced), f32,
-// causal attention and a head whose scores alone exceed the chunk (the flash kernel takes
-// those).
+// and a head whose scores alone exceed the chunk (the flash kernel takes those).
 TEST(OpsAttention, OnednnBf16DeclinesWithReasons) {
   if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
   auto reason = [](const Problem& p, AttrMap attrs) {
@@ -982,8 +989,6 @@ TEST(OpsAttention, OnednnBf16DeclinesWithReasons) {
   Problem f32({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
   EXPECT_EQ(test::unsupported_reason(*OneNode(kOp, f32.types(), f32.attrs()).node, "onednn_bf16"),
             "takes bf16 q, k and v");
-  EXPECT_EQ(reason(f32, Problem(f32).with_causal().attrs()),
-            "causal: the flash kernel skips the masked half of the scores");
   Problem long_rows({1, 1, 2048, 64}, {1, 1, 2048, 64}, {1, 1, 2048, 64});
   EXPECT_EQ(reason(long_rows, long_rows.attrs()),
             "one head's 2048 x 2048 scores exceed 16 MiB: the flash kernel keeps memory bounded");

@@ -7,8 +7,8 @@
 // dividing by the rounded weights' own sum keeps each output a weighted mean of v's rows, so
 // the error P adds is at most 2^-8 max |v - y| (docs/ops.md). The chunk's scores are held whole,
 // so the kernel declines heads whose L x S scores exceed kMaxChunkBytes (the flash kernel keeps
-// memory bounded for long sequences), and causal attention, whose masked half the flash kernel
-// skips (measured level or faster there).
+// memory bounded for long sequences). Causal attention goes in blocks of query rows, each
+// multiplying only the keys up to its last row.
 #include "kernels/cpu/attention.h"
 
 #ifdef KILN_X86
@@ -113,118 +113,158 @@ KILN_TARGET_AVX512 __m512 store_bf16(__m512 x, BFloat16* p, __mmask16 lanes) {
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, top, 16));
 }
 
-// The lanes of the 16 elements from j on, of n.
+// The lanes of the 16 elements from j on that lie below n.
 inline __mmask16 lanes_from(int64_t j, int64_t n) {
-  return static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+  return n - j >= 16 ? __mmask16(0xFFFF)
+         : n > j     ? static_cast<__mmask16>((1u << (n - j)) - 1)
+                     : __mmask16(0);
 }
+
+// Causal attention in blocks of query rows: block [r0, r0 + rows) needs only the keys up to its
+// last row, so the products skip most of the masked triangle. 64, 128 and 256 rows took
+// [1, 12, 1024, 64] in 7.0, 6.6 and 8.8 ms (docs/benchmarks.md, 2026-12-04 19:45).
+constexpr int64_t kCausalBlockRows = 128;
 
 class OneDnnBf16Attention final : public KernelInstance {
  public:
   OneDnnBf16Attention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t chunk)
       : g_(std::move(g)), heads_(heads), chunk_(chunk), threads_(spec.threads) {
     LibraryThreads scope(threads_);
-    const auto bf16 = memory::data_type::bf16, f32 = memory::data_type::f32;
-    const memory::desc q = batch_desc(chunk_, heads_.q, g_.l, g_.q_row_stride, g_.e, 1, bf16);
-    // k^T: k's rows are its columns.
-    const memory::desc kt = batch_desc(chunk_, heads_.k, g_.e, 1, g_.s, g_.k_row_stride, bf16);
-    const memory::desc scores = plain_desc({chunk_, g_.l, g_.s}, f32);
-    const memory::desc p = plain_desc({chunk_, g_.l, g_.s}, bf16);
-    const memory::desc v = batch_desc(chunk_, heads_.v, g_.s, g_.v_row_stride, g_.ev, 1, bf16);
-    const memory::desc weighted = plain_desc({chunk_, g_.l, g_.ev}, f32);
-    const dnnl::primitive_attr attr = user_scratchpad_attr();
-    const dnnl::matmul::primitive_desc scores_pd(dnnl::matmul::desc(q, kt, scores), attr,
-                                                 onednn_engine());
-    const dnnl::matmul::primitive_desc values_pd(dnnl::matmul::desc(p, v, weighted), attr,
-                                                 onednn_engine());
-    scores_ = dnnl::matmul(scores_pd);
-    values_ = dnnl::matmul(values_pd);
-    descs_ = {q, kt, scores, p, v, weighted, scores_pd.scratchpad_desc(),
-              values_pd.scratchpad_desc()};
-    rows_ = chunk_ * g_.l;
+    const int64_t block_rows = g_.causal ? kCausalBlockRows : g_.l;
+    for (int64_t r0 = 0; r0 < g_.l; r0 += block_rows) {
+      const int64_t rows = std::min(block_rows, g_.l - r0);
+      blocks_.push_back(make_block(r0, rows, g_.causal ? std::min(g_.s, r0 + rows) : g_.s));
+    }
   }
 
   size_t scratch_bytes() const override {
-    const size_t pad = std::max(descs_.scores_pad.get_size(), descs_.values_pad.get_size());
-    return static_cast<size_t>(rows_ * (g_.s * kScoreBytes + (g_.ev + 1) * 4)) + pad + 64;
+    size_t largest = 0;
+    for (const Block& k : blocks_) {
+      const size_t pad = std::max(k.scores_pad.get_size(), k.values_pad.get_size());
+      const int64_t rows = chunk_ * k.rows;
+      largest = std::max(largest, static_cast<size_t>(rows * (k.keys * kScoreBytes +
+                                                              (g_.ev + 1) * 4)) + pad + 64);
+    }
+    return largest;
   }
 
   void run(std::span<const void* const> in, std::span<void* const> out,
            void* scratch) const override {
     LibraryThreads scope(threads_);
-    const auto* q = static_cast<const BFloat16*>(in[0]);
-    const auto* k = static_cast<const BFloat16*>(in[1]);
-    const auto* v = static_cast<const BFloat16*>(in[2]);
-    const auto* mask = g_.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]);
-    auto* y = static_cast<BFloat16*>(out[0]);
-    // Scratch: the scores (f32), the weights P (bf16), P v (f32), each row's sum of P.
+    const Operands x{static_cast<const BFloat16*>(in[0]), static_cast<const BFloat16*>(in[1]),
+                     static_cast<const BFloat16*>(in[2]),
+                     g_.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]),
+                     static_cast<BFloat16*>(out[0])};
+    for (int64_t o = 0; o < heads_.outer; ++o)
+      for (int64_t h0 = 0; h0 < heads_.count; h0 += chunk_)
+        for (const Block& k : blocks_)
+          run_block(k, static_cast<size_t>(o * heads_.count + h0), x, scratch);
+  }
+
+ private:
+  // The products of one block of query rows, for a chunk of heads: keys [0, keys).
+  struct Block {
+    int64_t r0, rows, keys;
+    dnnl::matmul scores, values;
+    memory::desc q, kt, s, p, v, weighted, scores_pad, values_pad;
+  };
+  struct Operands {
+    const BFloat16 *q, *k, *v;
+    const char* mask;
+    BFloat16* y;
+  };
+
+  Block make_block(int64_t r0, int64_t rows, int64_t keys) const {
+    const auto bf16 = memory::data_type::bf16, f32 = memory::data_type::f32;
+    Block k{r0, rows, keys, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    k.q = batch_desc(chunk_, heads_.q, rows, g_.q_row_stride, g_.e, 1, bf16);
+    // k^T: k's rows are its columns.
+    k.kt = batch_desc(chunk_, heads_.k, g_.e, 1, keys, g_.k_row_stride, bf16);
+    k.s = plain_desc({chunk_, rows, keys}, f32);
+    k.p = plain_desc({chunk_, rows, keys}, bf16);
+    k.v = batch_desc(chunk_, heads_.v, keys, g_.v_row_stride, g_.ev, 1, bf16);
+    k.weighted = plain_desc({chunk_, rows, g_.ev}, f32);
+    const dnnl::primitive_attr attr = user_scratchpad_attr();
+    const dnnl::matmul::primitive_desc scores_pd(dnnl::matmul::desc(k.q, k.kt, k.s), attr,
+                                                 onednn_engine());
+    const dnnl::matmul::primitive_desc values_pd(dnnl::matmul::desc(k.p, k.v, k.weighted), attr,
+                                                 onednn_engine());
+    k.scores = dnnl::matmul(scores_pd);
+    k.values = dnnl::matmul(values_pd);
+    k.scores_pad = scores_pd.scratchpad_desc();
+    k.values_pad = values_pd.scratchpad_desc();
+    return k;
+  }
+
+  // Block k of the chunk of heads from batch index b on.
+  void run_block(const Block& k, size_t b, const Operands& x, void* scratch) const {
+    const int64_t rows = chunk_ * k.rows;
+    // Scratch: the scores (f32), P v (f32), each row's sum of P, the weights P (bf16).
     auto* scores = static_cast<float*>(scratch);
-    auto* weighted = scores + rows_ * g_.s;
-    auto* sums = weighted + rows_ * g_.ev;
-    auto* p = reinterpret_cast<BFloat16*>(sums + rows_);
+    auto* weighted = scores + rows * k.keys;
+    auto* sums = weighted + rows * g_.ev;
+    auto* p = reinterpret_cast<BFloat16*>(sums + rows);
     void* pad = reinterpret_cast<void*>(
-        (reinterpret_cast<uintptr_t>(p + rows_ * g_.s) + 63) / 64 * 64);
+        (reinterpret_cast<uintptr_t>(p + rows * k.keys) + 63) / 64 * 64);
     const dnnl::engine& engine = onednn_engine();
     auto mem = [&](const memory::desc& d, const void* data) {
       return memory(d, engine, const_cast<void*>(data));
     };
-    for (int64_t o = 0; o < heads_.outer; ++o)
-      for (int64_t h0 = 0; h0 < heads_.count; h0 += chunk_) {
-        const size_t b = static_cast<size_t>(o * heads_.count + h0);
-        execute_and_wait(scores_, {{DNNL_ARG_SRC, mem(descs_.q, q + g_.q_offsets[b])},
-                                   {DNNL_ARG_WEIGHTS, mem(descs_.kt, k + g_.k_offsets[b])},
-                                   {DNNL_ARG_DST, mem(descs_.scores, scores)},
-                                   {DNNL_ARG_SCRATCHPAD, mem(descs_.scores_pad, pad)}});
-        parallel_chunks(rows_, g_.s * 8, threads_, [&](int64_t begin, int64_t end) {
-          for (int64_t row = begin; row < end; ++row) {
-            const int64_t head = row / g_.l, i = row % g_.l;
-            const void* mask_row =
-                mask ? mask + static_cast<size_t>(g_.mask_offsets[b + static_cast<size_t>(head)] +
+    execute_and_wait(k.scores,
+                     {{DNNL_ARG_SRC, mem(k.q, x.q + g_.q_offsets[b] + k.r0 * g_.q_row_stride)},
+                      {DNNL_ARG_WEIGHTS, mem(k.kt, x.k + g_.k_offsets[b])},
+                      {DNNL_ARG_DST, mem(k.s, scores)},
+                      {DNNL_ARG_SCRATCHPAD, mem(k.scores_pad, pad)}});
+    parallel_chunks(rows, k.keys * 8, threads_, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t head = row / k.rows, i = k.r0 + row % k.rows;
+        const void* mask_row =
+            x.mask ? x.mask + static_cast<size_t>(g_.mask_offsets[b + static_cast<size_t>(head)] +
                                                   i * g_.mask_row_stride) *
                                   (g_.mask == AttentionMask::Bool ? 1 : sizeof(float))
-                     : nullptr;
-            sums[row] = softmax_row(scores + row * g_.s, mask_row, p + row * g_.s);
-          }
-        });
-        execute_and_wait(values_, {{DNNL_ARG_SRC, mem(descs_.p, p)},
-                                   {DNNL_ARG_WEIGHTS, mem(descs_.v, v + g_.v_offsets[b])},
-                                   {DNNL_ARG_DST, mem(descs_.weighted, weighted)},
-                                   {DNNL_ARG_SCRATCHPAD, mem(descs_.values_pad, pad)}});
-        parallel_chunks(rows_, g_.ev, threads_, [&](int64_t begin, int64_t end) {
-          for (int64_t row = begin; row < end; ++row) {
-            const int64_t head = row / g_.l, i = row % g_.l;
-            normalize_row(weighted + row * g_.ev, sums[row],
-                          y + g_.out_offsets[b + static_cast<size_t>(head)] +
-                              i * g_.out_row_stride);
-          }
-        });
+                   : nullptr;
+        const int64_t attended = g_.causal ? std::min(k.keys, i + 1) : k.keys;
+        sums[row] = softmax_row(scores + row * k.keys, k.keys, attended, mask_row,
+                                p + row * k.keys);
       }
+    });
+    execute_and_wait(k.values, {{DNNL_ARG_SRC, mem(k.p, p)},
+                                {DNNL_ARG_WEIGHTS, mem(k.v, x.v + g_.v_offsets[b])},
+                                {DNNL_ARG_DST, mem(k.weighted, weighted)},
+                                {DNNL_ARG_SCRATCHPAD, mem(k.values_pad, pad)}});
+    parallel_chunks(rows, g_.ev, threads_, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t head = row / k.rows, i = k.r0 + row % k.rows;
+        normalize_row(weighted + row * g_.ev, sums[row],
+                      x.y + g_.out_offsets[b + static_cast<size_t>(head)] + i * g_.out_row_stride);
+      }
+    });
   }
 
- private:
   // Row x of the scores: scaled, masked (-inf where a key is not attended), then its weights
   // exp(x - max) rounded to bf16 into p (the largest is 1, exactly). Returns the sum of the
   // rounded weights, which normalize_row divides by: the result is then a weighted mean of v's
   // rows whose weights sum to 1 however P rounded. As the reference: a row attending no key
   // gives zeros (sum 0), a NaN score makes the row NaN. Two passes over x, the second
   // recomputing the scaled and masked scores rather than storing them in the first.
-  KILN_TARGET_AVX512 float softmax_row(const float* x, const void* mask_row, BFloat16* p) const {
+  KILN_TARGET_AVX512 float softmax_row(const float* x, int64_t n, int64_t attended,
+                                       const void* mask_row, BFloat16* p) const {
     using namespace avx512;
-    const int64_t n = g_.s;
     const __m512 scale = splat(static_cast<float>(g_.scale));
     const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
     auto masked = [&](int64_t j, __mmask16 lanes) KILN_TARGET_AVX512 {
       __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), scale);
-      if (g_.mask == AttentionMask::None) return s;
+      __mmask16 keep = j + 16 <= attended ? lanes : lanes & lanes_from(j, attended);
       if (g_.mask == AttentionMask::Additive) {
         const auto* m = static_cast<const float*>(mask_row);
-        return _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
-                                                         : _mm512_maskz_loadu_ps(lanes, m + j));
+        s = _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
+                                                      : _mm512_maskz_loadu_ps(lanes, m + j));
+      } else if (g_.mask == AttentionMask::Bool) {
+        for (int64_t t = 0; t < 16 && j + t < n; ++t)
+          if (static_cast<const uint8_t*>(mask_row)[(j + t) * g_.mask_col_stride] == 0)
+            keep &= static_cast<__mmask16>(~(1u << t));
       }
-      __mmask16 keep = lanes;
-      for (int64_t t = 0; t < 16 && j + t < n; ++t)
-        if (static_cast<const uint8_t*>(mask_row)[(j + t) * g_.mask_col_stride] == 0)
-          keep &= static_cast<__mmask16>(~(1u << t));
-      return _mm512_mask_blend_ps(keep, neg_inf, s);
+      return keep == lanes ? s : _mm512_mask_blend_ps(keep, neg_inf, s);
     };
     __m512 max = neg_inf;
     __mmask16 nan = 0;
@@ -262,16 +302,11 @@ class OneDnnBf16Attention final : public KernelInstance {
     }
   }
 
-  struct Descs {
-    memory::desc q, kt, scores, p, v, weighted, scores_pad, values_pad;
-  };
   AttentionGeometry g_;
   Heads heads_;
   int64_t chunk_;
   int threads_;
-  dnnl::matmul scores_, values_;
-  Descs descs_;
-  int64_t rows_ = 0;  // a chunk's query rows
+  std::vector<Block> blocks_;
 };
 
 }  // namespace
@@ -281,7 +316,6 @@ std::string onednn_bf16_attention_unsupported(const KernelSpec& spec) {
   if (std::string why = isa_unavailable_reason(Isa::Avx512); !why.empty()) return why;
   if (!onednn_has_bf16()) return "oneDNN has no native bf16 dot products on this CPU";
   const AttentionGeometry g = make_attention_geometry(spec);
-  if (g.causal) return "causal: the flash kernel skips the masked half of the scores";
   if (g.l == 0 || g.s == 0 || g.e == 0 || g.ev == 0 || g.batch_count() == 0)
     return "an empty attention (a zero dim)";
   const Heads heads = heads_of(spec, g);
