@@ -118,30 +118,33 @@ KILN_VEC16 __m512 sigmoid_in_range(__m512 hi, __m512 lo) {
                        _mm512_add_ps(splat(1.0f), ex));
 }
 
+// avx2::one_plus_exp_minus.
+KILN_VEC16 __m512 one_plus_exp_minus(__m512 x) {
+  return _mm512_add_ps(splat(1.0f), exp_in_range(xor_bits(x, splat(-0.0f))));
+}
+
 KILN_VEC16 __m512 sigmoid(__m512 x) {
   if (!all_within(x, 87.0f)) [[unlikely]]
     return by_halves<avx2::sigmoid>(x);
-  return sigmoid_in_range(x, _mm512_setzero_ps());
+  return _mm512_div_ps(splat(1.0f), one_plus_exp_minus(x));
 }
 
 KILN_VEC16 __m512 silu(__m512 x) {
   if (!all_within(x, 87.0f)) [[unlikely]]
     return by_halves<avx2::silu>(x);
-  return _mm512_mul_ps(x, sigmoid_in_range(x, _mm512_setzero_ps()));
+  return _mm512_div_ps(x, one_plus_exp_minus(x));
 }
 
-// avx2::tanh where exp(2|x|) takes its fast path (|x| <= 43.5, as 2|x| is exact).
+// avx2::tanh.
 KILN_VEC16 __m512 tanh(__m512 x) {
-  if (!all_within(x, 43.5f)) [[unlikely]]
-    return by_halves<avx2::tanh>(x);
-  const __m512 ax = abs(x);
-  const __m512 z = _mm512_mul_ps(ax, ax);
-  const __m512 small = _mm512_fmadd_ps(ax, _mm512_mul_ps(z, polynomial(z, avx2::kTanhP)), ax);
-  const __m512 e = exp_in_range(_mm512_add_ps(ax, ax));
-  const __m512 large =
-      _mm512_sub_ps(splat(1.0f), _mm512_div_ps(splat(2.0f), _mm512_add_ps(e, splat(1.0f))));
-  const __mmask16 is_small = _mm512_cmp_ps_mask(ax, splat(0.625f), _CMP_LT_OQ);
-  return or_bits(_mm512_mask_blend_ps(is_small, large, small), sign_bits(x));
+  const __m512 two_ax =
+      _mm512_maskz_min_ps(kAllLanes, splat(18.25f), _mm512_add_ps(abs(x), abs(x)));
+  const ExpReduced e = exp_reduce(two_ax);
+  const __m512 scale = pow2(e.n);
+  const __m512 expm1 = _mm512_fmadd_ps(scale, exp_polynomial_minus_one(e.r),
+                                       _mm512_sub_ps(scale, splat(1.0f)));
+  const __m512 magnitude = _mm512_div_ps(expm1, _mm512_add_ps(expm1, splat(2.0f)));
+  return or_bits(magnitude, sign_bits(x));
 }
 
 // A coefficient per lane from an 8-entry row, by the low 3 bits of `piece` (as
