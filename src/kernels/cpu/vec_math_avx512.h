@@ -158,12 +158,9 @@ KILN_VEC16 __m512 pick8(const float (&row)[8], __m512i piece) {
 
 // avx2::piecewise_degree7.
 KILN_VEC16 __m512 piecewise_degree7(const float (&C)[8][8], __m512i piece, __m512 v) {
-  const auto c = [&](int i) KILN_TARGET_AVX512 { return pick8(C[i], piece); };
-  const __m512 v2 = _mm512_mul_ps(v, v);
-  const __m512 p01 = _mm512_fmadd_ps(c(1), v, c(0)), p23 = _mm512_fmadd_ps(c(3), v, c(2));
-  const __m512 p45 = _mm512_fmadd_ps(c(5), v, c(4)), p67 = _mm512_fmadd_ps(c(7), v, c(6));
-  const __m512 p03 = _mm512_fmadd_ps(p23, v2, p01), p47 = _mm512_fmadd_ps(p67, v2, p45);
-  return _mm512_fmadd_ps(p47, _mm512_mul_ps(v2, v2), p03);
+  __m512 p = pick8(C[7], piece);
+  for (int i = 6; i >= 0; --i) p = _mm512_fmadd_ps(p, v, pick8(C[i], piece));
+  return p;
 }
 
 // avx2::gelu_erf_tail_factor.
@@ -212,7 +209,7 @@ KILN_VEC16 __m512 pieces32_degree6(const float (&C)[7][32], const float (&center
 // interval widened by a thousandth, as a rounding of the variable may pick a neighbour. The
 // first piece is centred on 0 with its constant term 1/2 exactly, so that tiny |x| give
 // x/2 + x^2 c1 and round as the reference does. These paths give other bits than the 8-lane
-// functions, whose fast paths stop at 3.74 and 4 (docs/ops.md): every caller picks its gelu
+// functions, whose fast paths stop at 3.74 and 3.6 (docs/ops.md): every caller picks its gelu
 // through cpu::widest, so an op's bits depend only on the CPU.
 KILN_VEC16 __m512 gelu_pieces32_result(__m512 x, __m512 p) {
   return by_sign(x, _mm512_fnmadd_ps(x, p, x), _mm512_mul_ps(x, p));
@@ -408,7 +405,7 @@ KILN_VEC16 __m512 gelu_tanh(__m512 x) {
     return gelu_pieces32_result(x, pieces32_degree6(kGeluTanhPieces32, kGeluTanhCenters32,
                                                     _mm512_castps_si512(shifted), z));
   }
-  if (!neither_half_within(x, 4.0f) || !all_within(x, 8.0f))
+  if (!neither_half_within(x, 3.6f) || !all_within(x, 8.0f))
     return by_halves<avx2::gelu_tanh>(x);
   const GeluTanhArgument u2 = gelu_tanh_argument(x);
   return _mm512_mul_ps(x, sigmoid_in_range(u2.hi, u2.lo));
