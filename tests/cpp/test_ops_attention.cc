@@ -219,21 +219,16 @@ std::vector<double> error_bound(const Problem& p, const std::vector<Tensor>& in)
   return bound;
 }
 
-// Checks the flash kernel against the reference kernel; with two_threads, also that it gives
-// the same bits on 2 threads as on 1 (each row's arithmetic doesn't depend on the split; only
-// some problems check it, as an OpenMP team keeps spinning on a loaded machine after each run).
-// Returns the largest error as a share of the bound.
-double expect_flash_matches_reference(const Problem& p, const std::vector<Tensor>& in,
-                                      bool two_threads = false) {
-  SCOPED_TRACE(p.name());
-  OneNode node(kOp, p.types(), p.attrs());
-  const Tensor expected = test::run_kernel(*node.node, "reference", in)[0];
-  const Tensor got = test::run_kernel(*node.node, "flash", in)[0];
-  expect_avx512_tiles_give_the_same_bits(*node.node, in, got);
-  if (two_threads) {
-    EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "flash", in, 2)[0], got));
-  }
-  const std::vector<double> bound = error_bound(p, in);
+// Whether `kernel` takes the node (registered for this build and CPU, and not declining it).
+bool takes(const Node& node, const char* kernel) {
+  return test::has_kernel(kOp, kernel) && test::unsupported_reason(node, kernel).empty();
+}
+
+// got against the reference's result within the bound, element by element (NaN where it is
+// NaN). Returns the largest error as a share of the bound.
+double expect_within_bound(const Tensor& got, const Tensor& expected,
+                           const std::vector<double>& bound, const char* kernel) {
+  SCOPED_TRACE(kernel);
   EXPECT_EQ(static_cast<size_t>(got.numel()), bound.size());
   double worst = 0;
   for (int64_t i = 0; i < got.numel(); ++i) {
@@ -247,6 +242,29 @@ double expect_flash_matches_reference(const Problem& p, const std::vector<Tensor
     if (err > bound[i]) return err / bound[i];
     worst = std::max(worst, bound[i] > 0 ? err / bound[i] : 0.0);
   }
+  return worst;
+}
+
+// Checks the flash kernel against the reference kernel; with two_threads, also that it gives
+// the same bits on 2 threads as on 1 (each row's arithmetic doesn't depend on the split; only
+// some problems check it, as an OpenMP team keeps spinning on a loaded machine after each run).
+// onednn (oneDNN's f32 GEMMs over whole score matrices), where it takes the problem, is held to
+// the same bound. Returns the largest error as a share of the bound.
+double expect_flash_matches_reference(const Problem& p, const std::vector<Tensor>& in,
+                                      bool two_threads = false) {
+  SCOPED_TRACE(p.name());
+  OneNode node(kOp, p.types(), p.attrs());
+  const Tensor expected = test::run_kernel(*node.node, "reference", in)[0];
+  const Tensor got = test::run_kernel(*node.node, "flash", in)[0];
+  expect_avx512_tiles_give_the_same_bits(*node.node, in, got);
+  if (two_threads) {
+    EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "flash", in, 2)[0], got));
+  }
+  const std::vector<double> bound = error_bound(p, in);
+  double worst = expect_within_bound(got, expected, bound, "flash");
+  if (takes(*node.node, "onednn"))
+    worst = std::max(worst, expect_within_bound(test::run_kernel(*node.node, "onednn", in, 2)[0],
+                                                expected, bound, "onednn"));
   return worst;
 }
 
@@ -585,8 +603,8 @@ Tensor swap_heads(const Tensor& t) {
 
 // Runs p with the operands whose bit is set in `flags` (q, k, v, out: bits 0-3) given heads
 // second last, through the flash and the reference kernels: each must give bit for bit what it
-// gives on the dense [..., H, S, E] operands (only addressing changes), and flash must stay
-// within the reference's error bound.
+// gives on the dense [..., H, S, E] operands (only addressing changes), and flash (and onednn
+// where it takes the problem) must stay within the reference's error bound.
 void expect_heads_second_last_matches(const Problem& p, int flags, std::mt19937& rng) {
   SCOPED_TRACE(p.name() + " flags " + std::to_string(flags));
   const std::vector<Tensor> dense = random_inputs(p, rng);
@@ -614,10 +632,10 @@ void expect_heads_second_last_matches(const Problem& p, int flags, std::mt19937&
   const Tensor got = dense_result(strided);
   EXPECT_TRUE(test::same_values(got, flash)) << "flash kernel";
   const std::vector<double> bound = error_bound(p, dense);
-  ASSERT_EQ(static_cast<size_t>(got.numel()), bound.size());
-  for (int64_t i = 0; i < got.numel(); ++i)
-    ASSERT_LE(std::fabs(double(got.data<float>()[i]) - reference.data<float>()[i]), bound[i])
-        << "element " << i;
+  expect_within_bound(got, reference, bound, "flash");
+  if (takes(*node.node, "onednn"))
+    expect_within_bound(dense_result(test::run_kernel(*node.node, "onednn", in, 2)[0]), reference,
+                        bound, "onednn");
 }
 
 TEST(OpsAttention, InfersShapesWithHeadsSecondLast) {
@@ -876,16 +894,14 @@ TEST(OpsAttention, Bf16IsTheF32OneBetweenCasts) {
 }
 
 bool onednn_bf16_available() {
-  if (!test::has_kernel(kOp, "onednn_bf16")) return false;
   Graph g;
   std::vector<Value*> inputs;
   for (const char* name : {"q", "k", "v"})
     inputs.push_back(g.add_input(name, type_of(DType::BF16, {2, 4})));
-  return test::unsupported_reason(*g.add_uncast(kOp, inputs, {})->producer(), "onednn_bf16")
-      .empty();
+  return takes(*g.add_uncast(kOp, inputs, {})->producer(), "onednn");
 }
 
-// onednn_bf16 (oneDNN's bf16 matmul, P rounded to bf16 before P v) against the f32 kernel on the
+// onednn on bf16 (oneDNN's bf16 matmul, P rounded to bf16 before P v) against the f32 kernel on the
 // same widened values: within 2^-8 (max |v| + |out|) per output element, the bound docs/ops.md
 // gives (P's rounding moves an output by at most 2^-8 max |v - out|, the result's own rounding by
 // a bf16 half ULP); NaN where it is NaN; zeros for rows attending no key. Decoding rows,
@@ -932,7 +948,7 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
             for (const char* attr : kHeadsSecondLast) attrs[attr] = true;
           }
           const Bf16Problem b(std::move(wide), attrs);
-          const Tensor got = test::run_kernel(*b.node, "onednn_bf16", b.narrow, 2)[0];
+          const Tensor got = test::run_kernel(*b.node, "onednn", b.narrow, 2)[0];
           const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
           ASSERT_EQ(got.sizes(), f32.sizes());
           float max_v = 0;
@@ -958,7 +974,7 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
     p.with_causal(causal);
     SCOPED_TRACE(p.name());
     const Bf16Problem b(random_inputs(p, rng), p.attrs());
-    const Tensor got = test::run_kernel(*b.node, "onednn_bf16", b.narrow, 2)[0];
+    const Tensor got = test::run_kernel(*b.node, "onednn", b.narrow, 2)[0];
     const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
     for (int64_t j = 0; j < got.numel(); ++j)
       ASSERT_LE(std::fabs(cpu::to_float(got.data<cpu::BFloat16>()[j]) - f32.data<float>()[j]),
@@ -967,31 +983,83 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
   }
 }
 
-// What onednn_bf16 declines, and why: grouped-query attention (heads not evenly spaced), f32,
+// What onednn declines, and why: grouped-query attention (heads not evenly spaced), f64,
 // and a head whose scores alone exceed the chunk (the flash kernel takes those).
-TEST(OpsAttention, OnednnBf16DeclinesWithReasons) {
+TEST(OpsAttention, OnednnDeclinesWithReasons) {
   if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
-  auto reason = [](const Problem& p, AttrMap attrs) {
+  auto reason = [](const Problem& p, AttrMap attrs, DType dtype) {
     Graph g;
     std::vector<Value*> inputs;
     for (TensorType t : p.types()) {
-      if (inputs.size() < 3) t.dtype = DType::BF16;
+      if (inputs.size() < 3) t.dtype = dtype;
       inputs.push_back(g.add_input("in" + std::to_string(inputs.size()), t));
     }
-    return test::unsupported_reason(*g.add_uncast(kOp, inputs, attrs)->producer(),
-                                    "onednn_bf16");
+    return test::unsupported_reason(*g.add_uncast(kOp, inputs, attrs)->producer(), "onednn");
   };
   Problem gqa({1, 8, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
   AttrMap gqa_attrs = gqa.attrs();
   gqa_attrs["enable_gqa"] = true;
-  EXPECT_EQ(reason(gqa, gqa_attrs),
-            "the heads' matrices are not evenly spaced (grouped-query attention)");
-  Problem f32({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
-  EXPECT_EQ(test::unsupported_reason(*OneNode(kOp, f32.types(), f32.attrs()).node, "onednn_bf16"),
-            "takes bf16 q, k and v");
+  for (DType dtype : {DType::BF16, DType::F32})
+    EXPECT_EQ(reason(gqa, gqa_attrs, dtype),
+              "the heads' matrices are not evenly spaced (grouped-query attention)");
+  Problem small({1, 2, 16, 64}, {1, 2, 16, 64}, {1, 2, 16, 64});
+  EXPECT_EQ(reason(small, small.attrs(), DType::BF16), "");
+  EXPECT_EQ(reason(small, small.attrs(), DType::F32),
+            "f32 with L or S below 512: the flash kernel's tiles are faster there");
+  EXPECT_EQ(reason(small, small.attrs(), DType::F64), "takes f32 or bf16 q, k and v");
+  // 6 bytes a score in bf16 (S and P), 4 in f32 (P overwrites S).
   Problem long_rows({1, 1, 2048, 64}, {1, 1, 2048, 64}, {1, 1, 2048, 64});
-  EXPECT_EQ(reason(long_rows, long_rows.attrs()),
+  EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::BF16),
             "one head's 2048 x 2048 scores exceed 16 MiB: the flash kernel keeps memory bounded");
+  EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::F32), "");
+  long_rows.with_causal();
+  EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::F32),
+            "f32 causal attention: the flash kernel, which skips the masked blocks, is faster");
+  Problem longer({1, 1, 2049, 64}, {1, 1, 2048, 64}, {1, 1, 2048, 64});
+  EXPECT_EQ(reason(longer, longer.attrs(), DType::F32),
+            "one head's 2049 x 2048 scores exceed 16 MiB: the flash kernel keeps memory bounded");
+}
+
+// onednn on f32 (which it takes from L = S = 512 on, non-causal) against the reference within
+// the op's bound: bool and additive masks (a row attending no key), NaN in q or in one key,
+// odd E and Ev, L != S, rank 3, a set scale, and heads second last (which must also match the
+// reference on dense operands within the bound).
+TEST(OpsAttention, OnednnF32MatchesReferenceOnLongRows) {
+  std::mt19937 rng(53);
+  {
+    Problem probe({1, 1, 512, 8}, {1, 1, 512, 8}, {1, 1, 512, 8});
+    if (!takes(*OneNode(kOp, probe.types(), probe.attrs()).node, "onednn"))
+      GTEST_SKIP() << "no onednn attention here";
+  }
+  const std::vector<Problem> problems = {
+      Problem({1, 2, 520, 64}, {1, 2, 600, 64}, {1, 2, 600, 64}),
+      Problem({2, 530, 13}, {2, 512, 13}, {2, 512, 20}).with_scale(0.3),
+      Problem({1, 3, 512, 17}, {1, 3, 700, 17}, {1, 3, 700, 1})
+          .with_mask({512, 700}, DType::Bool),
+      Problem({1, 2, 600, 32}, {1, 2, 520, 32}, {1, 2, 520, 32})
+          .with_mask({1, 2, 600, 520}, DType::F32),
+      Problem({1, 2, 512, 64}, {1, 2, 512, 64}, {1, 2, 512, 64}).with_mask({1, 512}, DType::F32),
+  };
+  int index = 0;
+  for (const Problem& p : problems) {
+    std::vector<Tensor> in = random_inputs(p, rng);
+    if (p.mask) {  // row 3 attends no key
+      Tensor& m = in[3];
+      const int64_t cols = m.sizes().back(), rows = m.numel() / cols;
+      for (int64_t j = 0; j < cols && rows > 3; ++j) {
+        if (m.dtype() == DType::Bool) m.data<uint8_t>()[3 * cols + j] = 0;
+        else m.data<float>()[3 * cols + j] = -kInf;
+      }
+    }
+    if (index == 0) in[0].data<float>()[in[0].numel() / 3] = kNaN;
+    if (index == 1) in[1].data<float>()[in[1].numel() - 5] = kNaN;  // one key's
+    expect_flash_matches_reference(p, in);
+    ++index;
+  }
+  for (int flags : {7, 15}) {
+    Problem p({1, 3, 512, 16}, {1, 3, 530, 16}, {1, 3, 530, 24});
+    expect_heads_second_last_matches(p, flags, rng);
+  }
 }
 
 // ---------------------------------------------------------------- through the executor

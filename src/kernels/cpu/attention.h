@@ -56,10 +56,10 @@ std::unique_ptr<KernelInstance> create_flash_attention(const KernelSpec& spec);
 // The same with its two GEMMs (q k^T and P v) in AVX-512 tiles (call only when has_avx512f()):
 // the same bits as the AVX2 kernel, in half the FMA instructions.
 std::unique_ptr<KernelInstance> create_flash_attention_avx512(const KernelSpec& spec);
-// bf16 q, k and v through oneDNN's bf16 matmul, the scores of a chunk of heads held whole
-// (attention_onednn_bf16.cc); empty reason when it can take the node.
-std::string onednn_bf16_attention_unsupported(const KernelSpec& spec);
-std::unique_ptr<KernelInstance> create_onednn_bf16_attention(const KernelSpec& spec);
+// f32 or bf16 q, k and v through oneDNN's matmul, the scores of a chunk of heads held whole
+// (attention_onednn.cc); empty reason when it can take the node.
+std::string onednn_attention_unsupported(const KernelSpec& spec);
+std::unique_ptr<KernelInstance> create_onednn_attention(const KernelSpec& spec);
 #endif
 
 }  // namespace kiln::cpu

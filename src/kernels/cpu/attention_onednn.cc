@@ -1,20 +1,22 @@
-// bf16 scaled dot-product attention through oneDNN's bf16 matmul: its AMX (or AVX512-BF16)
-// dot products run at several times the f32 FMA rate, where the flash kernel widens bf16 to f32.
-// For a chunk of heads at a time: S = q k^T (f32 accumulation; bf16 products are exact in f32)
-// into scratch; a row softmax in f32 (scale, mask) whose weights exp(s - max) are rounded to
-// bf16 P; then P v, accumulated in f32, divided by the sum of the rounded weights and rounded
-// once to bf16. Rounding P before the second product is what PyTorch's CPU kernel does too;
-// dividing by the rounded weights' own sum keeps each output a weighted mean of v's rows, so
-// the error P adds is at most 2^-8 max |v - y| (docs/ops.md). The chunk's scores are held whole,
-// so the kernel declines heads whose L x S scores exceed kMaxChunkBytes (the flash kernel keeps
-// memory bounded for long sequences). Causal attention goes in blocks of query rows, each
-// multiplying only the keys up to its last row.
+// Scaled dot-product attention through oneDNN's matmul, for a chunk of heads at a time: S = q k^T
+// into scratch, a row softmax in f32 (scale, mask), then P v divided by the weights' sum.
+//  * bf16: oneDNN's AMX (or AVX512-BF16) dot products run at several times the
+//    f32 FMA rate, where the flash kernel widens bf16 to f32. The weights exp(s - max) are
+//    rounded to bf16 P before the second product, as PyTorch's CPU kernel does, and P v is
+//    divided by the sum of the rounded weights, which keeps each output a weighted mean of v's
+//    rows: the error P adds is at most 2^-8 max |v - y| (docs/ops.md); the result rounds once.
+//  * f32: P stays f32, written over S. Each product is one large oneDNN GEMM where the flash
+//    kernel multiplies small tiles: faster from L = S = 512 on, without a causal mask (below).
+// The chunk's scores are held whole, so the kernel declines heads whose L x S scores exceed
+// kMaxChunkBytes (the flash kernel keeps memory bounded for long sequences). Causal attention
+// goes in blocks of query rows, each multiplying only the keys up to its last row.
 #include "kernels/cpu/attention.h"
 
 #ifdef KILN_X86
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/float16.h"
 #include "kernels/cpu/library_threads.h"
@@ -32,7 +34,26 @@ using dnnl::memory;
 // and 32 MiB ran [8, 12, 197, 64] alike (the softmax's passes over the scores cost the same
 // either way), and [1, 12, 1024, 64] in 17, 12 and 8.5 ms (docs/benchmarks.md, 2026-12-04).
 constexpr int64_t kMaxChunkBytes = int64_t{16} << 20;
-constexpr int64_t kScoreBytes = sizeof(float) + sizeof(BFloat16);  // S and P per score
+
+// f32 takes this kernel from this many query rows and keys on (non-causal): against the flash
+// kernel, 2 threads, [1, 12, 1024, 64] 13.9 against 14.6 ms, [1, 32, 512, 128] 17.2 against
+// 19.2, [1, 16, 1024, 128] 33.2 against 36.9, [4, 12, 512, 64] level, and [8, 12, 197, 64]
+// 5.05 against 4.79 (docs/benchmarks.md).
+constexpr int64_t kF32MinRows = 512;
+
+// Per element type: oneDNN's, and the scratch bytes per score (S, and bf16's separate P).
+template <typename T>
+struct Element;
+template <>
+struct Element<BFloat16> {
+  static constexpr memory::data_type type = memory::data_type::bf16;
+  static constexpr int64_t score_bytes = sizeof(float) + sizeof(BFloat16);
+};
+template <>
+struct Element<float> {
+  static constexpr memory::data_type type = memory::data_type::f32;
+  static constexpr int64_t score_bytes = sizeof(float);
+};
 
 // The heads (the output's last batch dim; 1 without batch dims) and, per operand, the element
 // stride from one head's matrix to the next: every operand's offsets must step evenly through
@@ -67,8 +88,8 @@ Heads heads_of(const KernelSpec& spec, const AttentionGeometry& g) {
 }
 
 // Heads per chunk: the largest divisor of the head count whose scores fit kMaxChunkBytes.
-int64_t chunk_heads(const AttentionGeometry& g, int64_t heads) {
-  const int64_t per_head = g.l * g.s * kScoreBytes;
+int64_t chunk_heads(const AttentionGeometry& g, int64_t heads, int64_t score_bytes) {
+  const int64_t per_head = g.l * g.s * score_bytes;
   for (int64_t c = heads; c >= 1; --c)
     if (heads % c == 0 && c * per_head <= kMaxChunkBytes) return c;
   return 0;
@@ -101,7 +122,7 @@ KILN_TARGET_AVX512 float lanes_sum(__m512 v) {
 
 // x rounded to the nearest bf16, ties to even, into p's lanes (x holds no NaN); returns the
 // rounded values (a bf16 is an f32's top half).
-KILN_TARGET_AVX512 __m512 store_bf16(__m512 x, BFloat16* p, __mmask16 lanes) {
+KILN_TARGET_AVX512 __m512 store_weights(__m512 x, BFloat16* p, __mmask16 lanes) {
   using avx512::kAllLanes;
   const __m512i bits = _mm512_castps_si512(x);
   const __m512i odd = _mm512_maskz_and_epi32(kAllLanes, _mm512_maskz_srli_epi32(kAllLanes, bits, 16),
@@ -111,6 +132,10 @@ KILN_TARGET_AVX512 __m512 store_bf16(__m512 x, BFloat16* p, __mmask16 lanes) {
       kAllLanes, _mm512_maskz_add_epi32(kAllLanes, biased, odd), 16);
   _mm512_mask_cvtepi32_storeu_epi16(p, lanes, top);
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, top, 16));
+}
+KILN_TARGET_AVX512 __m512 store_weights(__m512 x, float* p, __mmask16 lanes) {
+  _mm512_mask_storeu_ps(p, lanes, x);
+  return x;
 }
 
 // The lanes of the 16 elements from j on that lie below n.
@@ -125,9 +150,10 @@ inline __mmask16 lanes_from(int64_t j, int64_t n) {
 // [1, 12, 1024, 64] in 7.0, 6.6 and 8.8 ms (docs/benchmarks.md, 2026-12-04 19:45).
 constexpr int64_t kCausalBlockRows = 128;
 
-class OneDnnBf16Attention final : public KernelInstance {
+template <typename T>
+class OneDnnAttention final : public KernelInstance {
  public:
-  OneDnnBf16Attention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t chunk)
+  OneDnnAttention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t chunk)
       : g_(std::move(g)), heads_(heads), chunk_(chunk), threads_(spec.threads) {
     LibraryThreads scope(threads_);
     const int64_t block_rows = g_.causal ? kCausalBlockRows : g_.l;
@@ -142,7 +168,7 @@ class OneDnnBf16Attention final : public KernelInstance {
     for (const Block& k : blocks_) {
       const size_t pad = std::max(k.scores_pad.get_size(), k.values_pad.get_size());
       const int64_t rows = chunk_ * k.rows;
-      largest = std::max(largest, static_cast<size_t>(rows * (k.keys * kScoreBytes +
+      largest = std::max(largest, static_cast<size_t>(rows * (k.keys * Element<T>::score_bytes +
                                                               (g_.ev + 1) * 4)) + pad + 64);
     }
     return largest;
@@ -151,10 +177,10 @@ class OneDnnBf16Attention final : public KernelInstance {
   void run(std::span<const void* const> in, std::span<void* const> out,
            void* scratch) const override {
     LibraryThreads scope(threads_);
-    const Operands x{static_cast<const BFloat16*>(in[0]), static_cast<const BFloat16*>(in[1]),
-                     static_cast<const BFloat16*>(in[2]),
+    const Operands x{static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+                     static_cast<const T*>(in[2]),
                      g_.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]),
-                     static_cast<BFloat16*>(out[0])};
+                     static_cast<T*>(out[0])};
     for (int64_t o = 0; o < heads_.outer; ++o)
       for (int64_t h0 = 0; h0 < heads_.count; h0 += chunk_)
         for (const Block& k : blocks_)
@@ -169,20 +195,20 @@ class OneDnnBf16Attention final : public KernelInstance {
     memory::desc q, kt, s, p, v, weighted, scores_pad, values_pad;
   };
   struct Operands {
-    const BFloat16 *q, *k, *v;
+    const T *q, *k, *v;
     const char* mask;
-    BFloat16* y;
+    T* y;
   };
 
   Block make_block(int64_t r0, int64_t rows, int64_t keys) const {
-    const auto bf16 = memory::data_type::bf16, f32 = memory::data_type::f32;
+    const auto type = Element<T>::type, f32 = memory::data_type::f32;
     Block k{r0, rows, keys, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-    k.q = batch_desc(chunk_, heads_.q, rows, g_.q_row_stride, g_.e, 1, bf16);
+    k.q = batch_desc(chunk_, heads_.q, rows, g_.q_row_stride, g_.e, 1, type);
     // k^T: k's rows are its columns.
-    k.kt = batch_desc(chunk_, heads_.k, g_.e, 1, keys, g_.k_row_stride, bf16);
+    k.kt = batch_desc(chunk_, heads_.k, g_.e, 1, keys, g_.k_row_stride, type);
     k.s = plain_desc({chunk_, rows, keys}, f32);
-    k.p = plain_desc({chunk_, rows, keys}, bf16);
-    k.v = batch_desc(chunk_, heads_.v, keys, g_.v_row_stride, g_.ev, 1, bf16);
+    k.p = plain_desc({chunk_, rows, keys}, type);
+    k.v = batch_desc(chunk_, heads_.v, keys, g_.v_row_stride, g_.ev, 1, type);
     k.weighted = plain_desc({chunk_, rows, g_.ev}, f32);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
     const dnnl::matmul::primitive_desc scores_pd(dnnl::matmul::desc(k.q, k.kt, k.s), attr,
@@ -199,13 +225,21 @@ class OneDnnBf16Attention final : public KernelInstance {
   // Block k of the chunk of heads from batch index b on.
   void run_block(const Block& k, size_t b, const Operands& x, void* scratch) const {
     const int64_t rows = chunk_ * k.rows;
-    // Scratch: the scores (f32), P v (f32), each row's sum of P, the weights P (bf16).
+    // Scratch: the scores (f32), P v (f32), each row's sum of P, the weights P (bf16; f32 P
+    // overwrites the scores).
     auto* scores = static_cast<float*>(scratch);
     auto* weighted = scores + rows * k.keys;
     auto* sums = weighted + rows * g_.ev;
-    auto* p = reinterpret_cast<BFloat16*>(sums + rows);
-    void* pad = reinterpret_cast<void*>(
-        (reinterpret_cast<uintptr_t>(p + rows * k.keys) + 63) / 64 * 64);
+    T* p;
+    void* end;
+    if constexpr (std::is_same_v<T, float>) {
+      p = scores;
+      end = sums + rows;
+    } else {
+      p = reinterpret_cast<T*>(sums + rows);
+      end = p + rows * k.keys;
+    }
+    void* pad = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(end) + 63) / 64 * 64);
     const dnnl::engine& engine = onednn_engine();
     auto mem = [&](const memory::desc& d, const void* data) {
       return memory(d, engine, const_cast<void*>(data));
@@ -242,13 +276,13 @@ class OneDnnBf16Attention final : public KernelInstance {
   }
 
   // Row x of the scores: scaled, masked (-inf where a key is not attended), then its weights
-  // exp(x - max) rounded to bf16 into p (the largest is 1, exactly). Returns the sum of the
-  // rounded weights, which normalize_row divides by: the result is then a weighted mean of v's
-  // rows whose weights sum to 1 however P rounded. As the reference: a row attending no key
-  // gives zeros (sum 0), a NaN score makes the row NaN. Two passes over x, the second
-  // recomputing the scaled and masked scores rather than storing them in the first.
+  // exp(x - max) into p (bf16: rounded; the largest is 1, exactly; p may be x itself). Returns
+  // the sum of the stored weights, which normalize_row divides by: the result is then a
+  // weighted mean of v's rows whose weights sum to 1 however P rounded. As the reference: a row
+  // attending no key gives zeros (sum 0), a NaN score makes the row NaN. Two passes over x, the
+  // second recomputing the scaled and masked scores rather than storing them in the first.
   KILN_TARGET_AVX512 float softmax_row(const float* x, int64_t n, int64_t attended,
-                                       const void* mask_row, BFloat16* p) const {
+                                       const void* mask_row, T* p) const {
     using namespace avx512;
     const __m512 scale = splat(static_cast<float>(g_.scale));
     const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
@@ -276,7 +310,7 @@ class OneDnnBf16Attention final : public KernelInstance {
     }
     const float row_max = lanes_max(max);
     if (nan || row_max == -std::numeric_limits<float>::infinity()) {
-      std::fill(p, p + n, to_bfloat16(nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f));
+      std::fill(p, p + n, element(nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f));
       return nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
     }
     const __m512 m = splat(row_max);
@@ -284,22 +318,36 @@ class OneDnnBf16Attention final : public KernelInstance {
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 lanes = lanes_from(j, n);
       const __m512 e = exp(_mm512_sub_ps(masked(j, lanes), m));
-      sum = _mm512_mask_add_ps(sum, lanes, sum, store_bf16(e, p + j, lanes));
+      sum = _mm512_mask_add_ps(sum, lanes, sum, store_weights(e, p + j, lanes));
     }
     return lanes_sum(sum);
   }
 
-  // out (bf16) = w / sum, rounded once; zeros where sum is 0 (a row attending no key).
-  KILN_TARGET_AVX512 void normalize_row(const float* w, float sum, BFloat16* out) const {
+  // out = w / sum (bf16: w times 1 / sum, rounded once to bf16); zeros where sum is 0 (a row
+  // attending no key).
+  KILN_TARGET_AVX512 void normalize_row(const float* w, float sum, T* out) const {
     if (std::isnan(sum)) {
-      std::fill(out, out + g_.ev, to_bfloat16(std::numeric_limits<float>::quiet_NaN()));
+      std::fill(out, out + g_.ev, element(std::numeric_limits<float>::quiet_NaN()));
       return;
     }
-    const __m512 inverse = avx512::splat(sum == 0 ? 0.0f : 1.0f / sum);
+    if (sum == 0) {
+      std::fill(out, out + g_.ev, element(0.0f));
+      return;
+    }
+    const __m512 by = avx512::splat(std::is_same_v<T, float> ? sum : 1.0f / sum);
     for (int64_t c = 0; c < g_.ev; c += 16) {
       const __mmask16 lanes = lanes_from(c, g_.ev);
-      store_bf16(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, w + c), inverse), out + c, lanes);
+      const __m512 row = _mm512_maskz_loadu_ps(lanes, w + c);
+      store_weights(std::is_same_v<T, float> ? _mm512_div_ps(row, by) : _mm512_mul_ps(row, by),
+                    out + c, lanes);
     }
+  }
+
+  static T element(float value) {
+    if constexpr (std::is_same_v<T, float>)
+      return value;
+    else
+      return to_bfloat16(value);
   }
 
   AttentionGeometry g_;
@@ -311,28 +359,42 @@ class OneDnnBf16Attention final : public KernelInstance {
 
 }  // namespace
 
-std::string onednn_bf16_attention_unsupported(const KernelSpec& spec) {
-  if (spec.inputs[0].dtype != DType::BF16) return "takes bf16 q, k and v";
+std::string onednn_attention_unsupported(const KernelSpec& spec) {
+  const DType dtype = spec.inputs[0].dtype;
+  if (dtype != DType::F32 && dtype != DType::BF16) return "takes f32 or bf16 q, k and v";
   if (std::string why = isa_unavailable_reason(Isa::Avx512); !why.empty()) return why;
-  if (!onednn_has_bf16()) return "oneDNN has no native bf16 dot products on this CPU";
+  if (dtype == DType::BF16 && !onednn_has_bf16())
+    return "oneDNN has no native bf16 dot products on this CPU";
   const AttentionGeometry g = make_attention_geometry(spec);
   if (g.l == 0 || g.s == 0 || g.e == 0 || g.ev == 0 || g.batch_count() == 0)
     return "an empty attention (a zero dim)";
   const Heads heads = heads_of(spec, g);
   if (heads.q < 0 || heads.k < 0 || heads.v < 0 || heads.out < 0)
     return "the heads' matrices are not evenly spaced (grouped-query attention)";
-  if (chunk_heads(g, heads.count) == 0)
+  const int64_t score_bytes = dtype == DType::F32 ? Element<float>::score_bytes
+                                                  : Element<BFloat16>::score_bytes;
+  if (chunk_heads(g, heads.count, score_bytes) == 0)
     return "one head's " + std::to_string(g.l) + " x " + std::to_string(g.s) +
            " scores exceed " + std::to_string(kMaxChunkBytes >> 20) +
            " MiB: the flash kernel keeps memory bounded";
+  // f32: where the flash kernel is faster (docs/benchmarks.md, 2026-12-04 21:50).
+  if (dtype == DType::F32 && g.causal)
+    return "f32 causal attention: the flash kernel, which skips the masked blocks, is faster";
+  if (dtype == DType::F32 && (g.l < kF32MinRows || g.s < kF32MinRows))
+    return "f32 with L or S below " + std::to_string(kF32MinRows) +
+           ": the flash kernel's tiles are faster there";
   return "";
 }
 
-std::unique_ptr<KernelInstance> create_onednn_bf16_attention(const KernelSpec& spec) {
+std::unique_ptr<KernelInstance> create_onednn_attention(const KernelSpec& spec) {
   AttentionGeometry g = make_attention_geometry(spec);
   const Heads heads = heads_of(spec, g);
-  const int64_t chunk = chunk_heads(g, heads.count);
-  return std::make_unique<OneDnnBf16Attention>(spec, std::move(g), heads, chunk);
+  if (spec.inputs[0].dtype == DType::F32) {
+    const int64_t chunk = chunk_heads(g, heads.count, Element<float>::score_bytes);
+    return std::make_unique<OneDnnAttention<float>>(spec, std::move(g), heads, chunk);
+  }
+  const int64_t chunk = chunk_heads(g, heads.count, Element<BFloat16>::score_bytes);
+  return std::make_unique<OneDnnAttention<BFloat16>>(spec, std::move(g), heads, chunk);
 }
 
 }  // namespace kiln::cpu
