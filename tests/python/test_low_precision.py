@@ -313,26 +313,32 @@ def test_bf16_adaptive_average_pooling_reads_and_writes_bf16(size, op, tmp_path)
 
 
 # bf16 attention reads and writes bf16 too (fold_bf16_casts_into_widening_kernels, every CPU),
-# with each kind of mask: an additive bf16 mask is widened and added to the f32 scores.
+# with each kind of mask: an additive bf16 mask is widened and added to the f32 scores; also with
+# grouped-query attention (6 query heads, 2 of k and v).
+@pytest.mark.parametrize("kv_heads", [3, 2], ids=["mha", "gqa"])
 @pytest.mark.parametrize("mask", ["none", "causal", "bool", "additive"])
-def test_bf16_attention_reads_and_writes_bf16(mask, tmp_path):
+def test_bf16_attention_reads_and_writes_bf16(mask, kv_heads, tmp_path):
     torch.manual_seed(8)
-    q, k, v = (torch.randn(2, 3, 37, 16).to(torch.bfloat16) for _ in range(3))
+    heads = 3 if kv_heads == 3 else 6
+    q = torch.randn(2, heads, 37, 16).to(torch.bfloat16)
+    k, v = (torch.randn(2, kv_heads, 37, 16).to(torch.bfloat16) for _ in range(2))
     masks = {"bool": torch.rand(37, 37) > 0.2, "additive": torch.randn(37, 37).to(torch.bfloat16)}
+    gqa = heads != kv_heads
 
     def attention(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=masks.get(mask),
-                                              is_causal=mask == "causal")
+                                              is_causal=mask == "causal", enable_gqa=gqa)
 
     got, text = compile_and_dump(attention, (q, k, v), tmp_path, "select")
     with torch.no_grad():
         eager = attention(q, k, v)
         truth = F.scaled_dot_product_attention(
             q.double(), k.double(), v.double(), is_causal=mask == "causal",
-            attn_mask=masks[mask].double() if mask == "additive" else masks.get(mask))
+            attn_mask=masks[mask].double() if mask == "additive" else masks.get(mask),
+            enable_gqa=gqa)
     lines = text.splitlines()
     [node] = [line for line in lines if "= scaled_dot_product_attention(" in line]
-    assert " : bf16[2, 3, 37, 16]" in node, lines
+    assert f" : bf16[2, {heads}, 37, 16]" in node, lines
     assert not any("= to(" in line and "bf16" in line.split("=")[0] for line in lines), lines
     assert got.dtype == torch.bfloat16
     kiln_error = (got.double() - truth).abs().max().item()

@@ -7,6 +7,8 @@
 //    rows: the error P adds is at most 2^-8 max |v - y| (docs/ops.md); the result rounds once.
 //  * f32: P stays f32, written over S. Each product is one large oneDNN GEMM where the flash
 //    kernel multiplies small tiles: faster from L = S = 512 on, without a causal mask (below).
+// Grouped-query attention multiplies each group's query heads by its one k (and v) matrix,
+// broadcast in a 4-D batch [groups, heads of a group, rows, cols].
 // The chunk's scores are held whole, so the kernel declines heads whose L x S scores exceed
 // kMaxChunkBytes (the flash kernel keeps memory bounded for long sequences). Causal attention
 // goes in blocks of query rows, each multiplying only the keys up to its last row.
@@ -56,20 +58,23 @@ struct Element<float> {
 };
 
 // The heads (the output's last batch dim; 1 without batch dims) and, per operand, the element
-// stride from one head's matrix to the next: every operand's offsets must step evenly through
-// the heads of each outer index (not so with grouped-query attention, where heads share k and v).
+// stride from one head's matrix to the next within each outer index. q and the output step
+// evenly through the heads; k and v through groups of `group` consecutive heads that share one
+// matrix (grouped-query attention; 1 without it, all the heads where k and v are broadcast).
 struct Heads {
-  int64_t count = 1, outer = 1;
-  int64_t q = 0, k = 0, v = 0, out = 0;  // strides; 0 where the operand is broadcast
+  int64_t count = 1, outer = 1, group = 1;
+  int64_t q = 0, out = 0;  // per head; 0 where the operand is broadcast
+  int64_t k = 0, v = 0;    // per group of heads
+  bool even() const { return q >= 0 && out >= 0 && k >= 0 && v >= 0; }
 };
 
-// The stride of `offsets` through the heads, or -1 where they don't step evenly.
-int64_t head_stride(const std::vector<int64_t>& offsets, int64_t heads) {
-  if (heads == 1) return 0;
-  const int64_t stride = offsets[1] - offsets[0];
+// The stride of `offsets` through groups of `group` heads (offset h is the first one's plus
+// h / group strides), or -1 where they don't step so.
+int64_t group_stride(const std::vector<int64_t>& offsets, int64_t heads, int64_t group) {
+  const int64_t stride = heads > group ? offsets[static_cast<size_t>(group)] - offsets[0] : 0;
   for (size_t o = 0; o < offsets.size(); o += static_cast<size_t>(heads))
     for (int64_t h = 0; h < heads; ++h)
-      if (offsets[o + static_cast<size_t>(h)] != offsets[o] + h * stride) return -1;
+      if (offsets[o + static_cast<size_t>(h)] != offsets[o] + h / group * stride) return -1;
   return stride;
 }
 
@@ -80,29 +85,43 @@ Heads heads_of(const KernelSpec& spec, const AttentionGeometry& g) {
     h.count = spec.node.attr_bool(kHeadsSecondLastAttrs[3]) ? out[out.size() - 2]
                                                              : out[out.size() - 3];
   h.outer = h.count > 0 ? g.batch_count() / h.count : 0;
-  h.q = head_stride(g.q_offsets, h.count);
-  h.k = head_stride(g.k_offsets, h.count);
-  h.v = head_stride(g.v_offsets, h.count);
-  h.out = head_stride(g.out_offsets, h.count);
+  h.q = group_stride(g.q_offsets, h.count, 1);
+  h.out = group_stride(g.out_offsets, h.count, 1);
+  // The smallest group that k and v both step through: 1 unless they are shared by heads.
+  for (h.group = 1; h.group <= h.count; ++h.group) {
+    if (h.count % h.group) continue;
+    h.k = group_stride(g.k_offsets, h.count, h.group);
+    h.v = group_stride(g.v_offsets, h.count, h.group);
+    if (h.k >= 0 && h.v >= 0) break;
+  }
   return h;
 }
 
-// Heads per chunk: the largest divisor of the head count whose scores fit kMaxChunkBytes.
-int64_t chunk_heads(const AttentionGeometry& g, int64_t heads, int64_t score_bytes) {
+// Heads per chunk: the largest divisor of the head count whose scores fit kMaxChunkBytes and
+// that holds whole groups of heads or lies within one.
+int64_t chunk_heads(const AttentionGeometry& g, const Heads& heads, int64_t score_bytes) {
   const int64_t per_head = g.l * g.s * score_bytes;
-  for (int64_t c = heads; c >= 1; --c)
-    if (heads % c == 0 && c * per_head <= kMaxChunkBytes) return c;
+  for (int64_t c = heads.count; c >= 1; --c)
+    if (heads.count % c == 0 && (c % heads.group == 0 || heads.group % c == 0) &&
+        c * per_head <= kMaxChunkBytes)
+      return c;
   return 0;
 }
 
-// A [heads, rows, cols] matrix batch for oneDNN: a broadcast operand (head stride 0) has one
-// head, and a dim of size 1 gets a stride oneDNN accepts.
-memory::desc batch_desc(int64_t heads, int64_t head_stride, int64_t rows, int64_t row_stride,
-                        int64_t cols, int64_t col_stride, memory::data_type type) {
+// A chunk's matrices for oneDNN as [groups, heads of a group, rows, cols]: a broadcast
+// dim (stride 0) has size 1, and a dim of size 1 gets a stride oneDNN accepts.
+memory::desc batch_desc(int64_t groups, int64_t group_stride, int64_t heads, int64_t head_stride,
+                        int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride,
+                        memory::data_type type) {
+  if (group_stride == 0) groups = 1;
   if (head_stride == 0) heads = 1;
   if (rows == 1) row_stride = cols * col_stride;
-  if (heads == 1) head_stride = rows * std::max(row_stride, cols * col_stride);
-  return memory::desc({heads, rows, cols}, type, {head_stride, row_stride, col_stride});
+  // A size-1 dim steps over the whole of what is inside it, as a dense layout's would: the
+  // matrix, then the group's heads (oneDNN's fast kernels take plain and transposed layouts).
+  if (heads == 1) head_stride = std::max(rows * row_stride, cols * col_stride);
+  if (groups == 1) group_stride = heads * head_stride;
+  return memory::desc({groups, heads, rows, cols}, type,
+                      {group_stride, head_stride, row_stride, col_stride});
 }
 
 // The largest and the sum of a vector's lanes, once per row (GCC 12's _mm512_reduce_* warn of
@@ -203,13 +222,16 @@ class OneDnnAttention final : public KernelInstance {
   Block make_block(int64_t r0, int64_t rows, int64_t keys) const {
     const auto type = Element<T>::type, f32 = memory::data_type::f32;
     Block k{r0, rows, keys, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-    k.q = batch_desc(chunk_, heads_.q, rows, g_.q_row_stride, g_.e, 1, type);
+    // The chunk as groups of heads sharing k and v (or, within one group, its heads).
+    const int64_t group = std::min(chunk_, heads_.group), groups = chunk_ / group;
+    k.q = batch_desc(groups, group * heads_.q, group, heads_.q, rows, g_.q_row_stride, g_.e, 1,
+                     type);
     // k^T: k's rows are its columns.
-    k.kt = batch_desc(chunk_, heads_.k, g_.e, 1, keys, g_.k_row_stride, type);
-    k.s = plain_desc({chunk_, rows, keys}, f32);
-    k.p = plain_desc({chunk_, rows, keys}, type);
-    k.v = batch_desc(chunk_, heads_.v, keys, g_.v_row_stride, g_.ev, 1, type);
-    k.weighted = plain_desc({chunk_, rows, g_.ev}, f32);
+    k.kt = batch_desc(groups, heads_.k, 1, 0, g_.e, 1, keys, g_.k_row_stride, type);
+    k.s = plain_desc({groups, group, rows, keys}, f32);
+    k.p = plain_desc({groups, group, rows, keys}, type);
+    k.v = batch_desc(groups, heads_.v, 1, 0, keys, g_.v_row_stride, g_.ev, 1, type);
+    k.weighted = plain_desc({groups, group, rows, g_.ev}, f32);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
     const dnnl::matmul::primitive_desc scores_pd(dnnl::matmul::desc(k.q, k.kt, k.s), attr,
                                                  onednn_engine());
@@ -369,11 +391,10 @@ std::string onednn_attention_unsupported(const KernelSpec& spec) {
   if (g.l == 0 || g.s == 0 || g.e == 0 || g.ev == 0 || g.batch_count() == 0)
     return "an empty attention (a zero dim)";
   const Heads heads = heads_of(spec, g);
-  if (heads.q < 0 || heads.k < 0 || heads.v < 0 || heads.out < 0)
-    return "the heads' matrices are not evenly spaced (grouped-query attention)";
+  if (!heads.even()) return "the heads' matrices are not evenly spaced";
   const int64_t score_bytes = dtype == DType::F32 ? Element<float>::score_bytes
                                                   : Element<BFloat16>::score_bytes;
-  if (chunk_heads(g, heads.count, score_bytes) == 0)
+  if (chunk_heads(g, heads, score_bytes) == 0)
     return "one head's " + std::to_string(g.l) + " x " + std::to_string(g.s) +
            " scores exceed " + std::to_string(kMaxChunkBytes >> 20) +
            " MiB: the flash kernel keeps memory bounded";
@@ -390,10 +411,10 @@ std::unique_ptr<KernelInstance> create_onednn_attention(const KernelSpec& spec) 
   AttentionGeometry g = make_attention_geometry(spec);
   const Heads heads = heads_of(spec, g);
   if (spec.inputs[0].dtype == DType::F32) {
-    const int64_t chunk = chunk_heads(g, heads.count, Element<float>::score_bytes);
+    const int64_t chunk = chunk_heads(g, heads, Element<float>::score_bytes);
     return std::make_unique<OneDnnAttention<float>>(spec, std::move(g), heads, chunk);
   }
-  const int64_t chunk = chunk_heads(g, heads.count, Element<BFloat16>::score_bytes);
+  const int64_t chunk = chunk_heads(g, heads, Element<BFloat16>::score_bytes);
   return std::make_unique<OneDnnAttention<BFloat16>>(spec, std::move(g), heads, chunk);
 }
 
