@@ -173,7 +173,14 @@ template <typename T>
 class OneDnnAttention final : public KernelInstance {
  public:
   OneDnnAttention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t chunk)
-      : g_(std::move(g)), heads_(heads), chunk_(chunk), threads_(spec.threads) {
+      : g_(std::move(g)),
+        heads_(heads),
+        chunk_(chunk),
+        threads_(spec.threads),
+        group_(std::min(chunk_, heads_.group)),
+        q_(operand(heads_.q, g_.q_row_stride, chunk_, g_.l, g_.e)),
+        k_(operand(heads_.k, g_.k_row_stride, heads_.k ? chunk_ / group_ : 1, g_.s, g_.e)),
+        v_(operand(heads_.v, g_.v_row_stride, heads_.v ? chunk_ / group_ : 1, g_.s, g_.ev)) {
     LibraryThreads scope(threads_);
     const int64_t block_rows = g_.causal ? kCausalBlockRows : g_.l;
     for (int64_t r0 = 0; r0 < g_.l; r0 += block_rows) {
@@ -190,7 +197,7 @@ class OneDnnAttention final : public KernelInstance {
       largest = std::max(largest, static_cast<size_t>(rows * (k.keys * Element<T>::score_bytes +
                                                               (g_.ev + 1) * 4)) + pad + 64);
     }
-    return largest;
+    return dense_bytes() + largest;
   }
 
   void run(std::span<const void* const> in, std::span<void* const> out,
@@ -200,10 +207,20 @@ class OneDnnAttention final : public KernelInstance {
                      static_cast<const T*>(in[2]),
                      g_.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]),
                      static_cast<T*>(out[0])};
+    auto* dense = static_cast<T*>(scratch);
+    void* block_scratch = static_cast<std::byte*>(scratch) + dense_bytes();
     for (int64_t o = 0; o < heads_.outer; ++o)
-      for (int64_t h0 = 0; h0 < heads_.count; h0 += chunk_)
-        for (const Block& k : blocks_)
-          run_block(k, static_cast<size_t>(o * heads_.count + h0), x, scratch);
+      for (int64_t h0 = 0; h0 < heads_.count; h0 += chunk_) {
+        const size_t b = static_cast<size_t>(o * heads_.count + h0);
+        // The chunk's q, k and v, each where it is or in its dense copy.
+        T* q_copy = dense;
+        T* k_copy = q_copy + (q_.copy ? q_.elements() : 0);
+        T* v_copy = k_copy + (k_.copy ? k_.elements() : 0);
+        const Chunk c{gather(q_, x.q, g_.q_offsets, b, 1, q_copy),
+                      gather(k_, x.k, g_.k_offsets, b, group_, k_copy),
+                      gather(v_, x.v, g_.v_offsets, b, group_, v_copy)};
+        for (const Block& k : blocks_) run_block(k, b, c, x, block_scratch);
+      }
   }
 
  private:
@@ -218,19 +235,67 @@ class OneDnnAttention final : public KernelInstance {
     const char* mask;
     T* y;
   };
+  // Where a chunk's first q, k and v matrices start.
+  struct Chunk {
+    const T *q, *k, *v;
+  };
+
+  // One of q, k and v for the products: its matrices (the chunk's, or k's and v's per group) of
+  // `rows` rows of `width` elements, and their strides. oneDNN's AMX and AVX512-BF16 matmul
+  // kernels (brgemm) take batches whose matrices lie one after another; with the heads second
+  // last (rows further apart than heads) it runs its slower gemm:jit (BERT's [12, 128, 64]
+  // products: 38.7 and 28.0 against 15.9 and 10.9 us, docs/benchmarks.md 2026-12-05), so such
+  // an operand is first copied, a row at a time, into dense matrices in scratch.
+  struct Operand {
+    bool copy = false;
+    int64_t matrices = 1, rows = 0, width = 0;
+    int64_t source_row_stride = 0;
+    int64_t matrix_stride = 0, row_stride = 0;  // as the products read it
+    int64_t elements() const { return matrices * rows * width; }
+  };
+  static Operand operand(int64_t matrix_stride, int64_t row_stride, int64_t matrices,
+                         int64_t rows, int64_t width) {
+    Operand op{matrix_stride > 0 && matrix_stride < row_stride, matrices, rows, width,
+               row_stride, matrix_stride, row_stride};
+    if (op.copy) {
+      op.matrix_stride = rows * width;
+      op.row_stride = width;
+    }
+    return op;
+  }
+  size_t dense_bytes() const {
+    const int64_t elements = (q_.copy ? q_.elements() : 0) + (k_.copy ? k_.elements() : 0) +
+                             (v_.copy ? v_.elements() : 0);
+    return static_cast<size_t>(elements * static_cast<int64_t>(sizeof(T)) + 63) / 64 * 64;
+  }
+  // The chunk's matrices of `op` from batch index b on (a matrix per `step` heads): where they
+  // are, or copied into `copy` when op.copy.
+  const T* gather(const Operand& op, const T* base, const std::vector<int64_t>& offsets, size_t b,
+                  int64_t step, T* copy) const {
+    if (!op.copy) return base + offsets[b];
+    parallel_chunks(op.matrices * op.rows, op.width, threads_, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t m = r / op.rows, i = r % op.rows;
+        const T* row =
+            base + offsets[b + static_cast<size_t>(m * step)] + i * op.source_row_stride;
+        std::copy(row, row + op.width, copy + r * op.width);
+      }
+    });
+    return copy;
+  }
 
   Block make_block(int64_t r0, int64_t rows, int64_t keys) const {
     const auto type = Element<T>::type, f32 = memory::data_type::f32;
     Block k{r0, rows, keys, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     // The chunk as groups of heads sharing k and v (or, within one group, its heads).
-    const int64_t group = std::min(chunk_, heads_.group), groups = chunk_ / group;
-    k.q = batch_desc(groups, group * heads_.q, group, heads_.q, rows, g_.q_row_stride, g_.e, 1,
-                     type);
+    const int64_t group = group_, groups = chunk_ / group_;
+    k.q = batch_desc(groups, group * q_.matrix_stride, group, q_.matrix_stride, rows,
+                     q_.row_stride, g_.e, 1, type);
     // k^T: k's rows are its columns.
-    k.kt = batch_desc(groups, heads_.k, 1, 0, g_.e, 1, keys, g_.k_row_stride, type);
+    k.kt = batch_desc(groups, k_.matrix_stride, 1, 0, g_.e, 1, keys, k_.row_stride, type);
     k.s = plain_desc({groups, group, rows, keys}, f32);
     k.p = plain_desc({groups, group, rows, keys}, type);
-    k.v = batch_desc(groups, heads_.v, 1, 0, keys, g_.v_row_stride, g_.ev, 1, type);
+    k.v = batch_desc(groups, v_.matrix_stride, 1, 0, keys, v_.row_stride, g_.ev, 1, type);
     k.weighted = plain_desc({groups, group, rows, g_.ev}, f32);
     const dnnl::primitive_attr attr = user_scratchpad_attr();
     const dnnl::matmul::primitive_desc scores_pd(dnnl::matmul::desc(k.q, k.kt, k.s), attr,
@@ -244,8 +309,9 @@ class OneDnnAttention final : public KernelInstance {
     return k;
   }
 
-  // Block k of the chunk of heads from batch index b on.
-  void run_block(const Block& k, size_t b, const Operands& x, void* scratch) const {
+  // Block k of the chunk of heads from batch index b on, whose matrices start at c.
+  void run_block(const Block& k, size_t b, const Chunk& c, const Operands& x,
+                 void* scratch) const {
     const int64_t rows = chunk_ * k.rows;
     // Scratch: the scores (f32), P v (f32), each row's sum of P, the weights P (bf16; f32 P
     // overwrites the scores).
@@ -267,8 +333,8 @@ class OneDnnAttention final : public KernelInstance {
       return memory(d, engine, const_cast<void*>(data));
     };
     execute_and_wait(k.scores,
-                     {{DNNL_ARG_SRC, mem(k.q, x.q + g_.q_offsets[b] + k.r0 * g_.q_row_stride)},
-                      {DNNL_ARG_WEIGHTS, mem(k.kt, x.k + g_.k_offsets[b])},
+                     {{DNNL_ARG_SRC, mem(k.q, c.q + k.r0 * q_.row_stride)},
+                      {DNNL_ARG_WEIGHTS, mem(k.kt, c.k)},
                       {DNNL_ARG_DST, mem(k.s, scores)},
                       {DNNL_ARG_SCRATCHPAD, mem(k.scores_pad, pad)}});
     parallel_chunks(rows, k.keys * 8, threads_, [&](int64_t begin, int64_t end) {
@@ -285,7 +351,7 @@ class OneDnnAttention final : public KernelInstance {
       }
     });
     execute_and_wait(k.values, {{DNNL_ARG_SRC, mem(k.p, p)},
-                                {DNNL_ARG_WEIGHTS, mem(k.v, x.v + g_.v_offsets[b])},
+                                {DNNL_ARG_WEIGHTS, mem(k.v, c.v)},
                                 {DNNL_ARG_DST, mem(k.weighted, weighted)},
                                 {DNNL_ARG_SCRATCHPAD, mem(k.values_pad, pad)}});
     parallel_chunks(rows, g_.ev, threads_, [&](int64_t begin, int64_t end) {
@@ -376,6 +442,8 @@ class OneDnnAttention final : public KernelInstance {
   Heads heads_;
   int64_t chunk_;
   int threads_;
+  int64_t group_;  // heads of the chunk that share one k and v matrix
+  Operand q_, k_, v_;
   std::vector<Block> blocks_;
 };
 
