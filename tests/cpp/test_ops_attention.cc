@@ -1063,20 +1063,25 @@ TEST(OpsAttention, OnednnF32MatchesReferenceOnLongRows) {
 // onednn on grouped-query attention, k and v read per group of query heads, against the
 // reference on k and v with their heads repeated: f32 (long rows) within the op's bound, bf16
 // within P's rounding (as OnednnBf16MatchesTheF32KernelWithinPsRounding). Groups of 2 to 4 and
-// all heads sharing one (4 / 1), k broadcast over the batch, k heads second last, causal, masks,
-// decoding rows, and bf16 chunks of heads inside a group (one head's scores a chunk).
+// all heads sharing one (4 / 1), k broadcast over the batch, k heads second last (and q, v and
+// the output too: each copied dense for oneDNN), causal, masks, decoding rows, and bf16 chunks of
+// heads inside a group (one head's scores a chunk).
 TEST(OpsAttention, OnednnGroupedQueryAttentionMatchesRepeatedHeads) {
   if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
   std::mt19937 rng(59);
+  enum HeadsSecondLast { kNone, kK, kAll };
   struct Case {
     int64_t hq, hkv, l, s, e;
-    bool causal, k_heads_second_last, bf16;
+    bool causal;
+    HeadsSecondLast heads_second_last;
+    bool bf16;
   };
   const Case cases[] = {
-      {8, 2, 520, 512, 16, false, false, false}, {6, 3, 512, 530, 8, false, true, false},
-      {4, 1, 512, 512, 8, false, false, false},  {8, 2, 17, 70, 16, false, false, true},
-      {6, 3, 197, 197, 13, true, true, true},    {4, 1, 1, 130, 16, false, false, true},
-      {8, 4, 130, 130, 16, true, false, true},   {4, 2, 1200, 1200, 8, false, false, true},
+      {8, 2, 520, 512, 16, false, kNone, false}, {6, 3, 512, 530, 8, false, kK, false},
+      {4, 1, 512, 512, 8, false, kNone, false},  {8, 2, 512, 600, 8, false, kAll, false},
+      {8, 2, 17, 70, 16, false, kNone, true},    {6, 3, 197, 197, 13, true, kK, true},
+      {4, 1, 1, 130, 16, false, kNone, true},    {8, 4, 130, 130, 16, true, kAll, true},
+      {6, 2, 1, 70, 16, false, kAll, true},      {4, 2, 1200, 1200, 8, false, kK, true},
   };
   int index = 0;
   for (const Case& c : cases) {
@@ -1084,8 +1089,8 @@ TEST(OpsAttention, OnednnGroupedQueryAttentionMatchesRepeatedHeads) {
     Problem p({2, c.hq, c.l, c.e}, {kv_batch, c.hkv, c.s, c.e}, {kv_batch, c.hkv, c.s, 24});
     p.with_causal(c.causal).with_scale(index % 2 ? 0.3 : 0.0);
     if (index % 2 == 1) p.with_mask({2, 1, c.l, c.s}, index % 4 == 1 ? DType::Bool : DType::F32);
-    SCOPED_TRACE(p.name() + (c.bf16 ? " bf16" : " f32") +
-                 (c.k_heads_second_last ? " k heads second last" : ""));
+    const char* const layouts[] = {"", " k heads second last", " heads second last"};
+    SCOPED_TRACE(p.name() + (c.bf16 ? " bf16" : " f32") + layouts[c.heads_second_last]);
     std::vector<Tensor> grouped = random_inputs(p, rng);
     if (c.bf16) grouped = Bf16Problem::rounded(std::move(grouped));
     std::vector<Tensor> repeated = grouped;
@@ -1093,13 +1098,29 @@ TEST(OpsAttention, OnednnGroupedQueryAttentionMatchesRepeatedHeads) {
     repeated_problem.k[1] = repeated_problem.v[1] = c.hq;
     for (int i : {1, 2}) repeated[i] = repeat_heads(grouped[i], group);
     AttrMap attrs = p.attrs();
-    std::vector<TensorType> repeated_types = repeated_problem.types();
+    std::vector<double> bound = error_bound(repeated_problem, repeated);  // [B, H, L, Ev]
+    if (c.heads_second_last == kAll) {  // q and the output, the same for the reference
+      grouped[0] = repeated[0] = swap_heads(grouped[0]);
+      attrs[kHeadsSecondLast[0]] = attrs[kHeadsSecondLast[3]] = true;
+      const int64_t ev = p.v.back();
+      std::vector<double> swapped(bound.size());
+      for (size_t j = 0; j < bound.size(); ++j) {  // [B, L, H, Ev] from [B, H, L, Ev]
+        const int64_t col = j % ev, h = j / ev % c.hq, row = j / ev / c.hq % c.l,
+                      b = j / ev / c.hq / c.l;
+        swapped[j] = bound[static_cast<size_t>(((b * c.hq + h) * c.l + row) * ev + col)];
+      }
+      bound = std::move(swapped);
+    }
+    std::vector<TensorType> repeated_types;
+    for (const Tensor& t : repeated) repeated_types.push_back(type_of(t.dtype(), t.sizes()));
+    repeated_types.back() = repeated_problem.types().back();  // the mask's dtype
     const Tensor expected =
         test::run_kernel(*OneNode(kOp, repeated_types, attrs).node, "reference", repeated)[0];
-    if (c.k_heads_second_last) {
-      attrs[kHeadsSecondLast[1]] = true;
-      grouped[1] = swap_heads(grouped[1]);
-    }
+    for (int i : {1, 2})
+      if (c.heads_second_last == kAll || (c.heads_second_last == kK && i == 1)) {
+        attrs[kHeadsSecondLast[i]] = true;
+        grouped[i] = swap_heads(grouped[i]);
+      }
     attrs["enable_gqa"] = true;
     Tensor got;
     if (c.bf16) {
@@ -1121,8 +1142,8 @@ TEST(OpsAttention, OnednnGroupedQueryAttentionMatchesRepeatedHeads) {
       for (const Tensor& t : grouped) grouped_types.push_back(type_of(t.dtype(), t.sizes()));
       const OneNode node(kOp, grouped_types, attrs);
       ASSERT_TRUE(takes(*node.node, "onednn"));
-      expect_within_bound(test::run_kernel(*node.node, "onednn", grouped, 2)[0], expected,
-                          error_bound(repeated_problem, repeated), "onednn");
+      expect_within_bound(test::run_kernel(*node.node, "onednn", grouped, 2)[0], expected, bound,
+                          "onednn");
     }
     ++index;
   }
