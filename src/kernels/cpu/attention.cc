@@ -33,6 +33,7 @@
 #ifdef KILN_X86
 #include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/vec_math_avx2.h"
+#include "kernels/cpu/vec_math_avx512.h"
 #endif
 
 namespace kiln::cpu {
@@ -145,7 +146,9 @@ AttentionGeometry make_attention_geometry(const KernelSpec& spec) {
 #ifdef KILN_X86
 namespace {
 
+using avx2::max_lanes;
 using avx2::splat;
+using avx2::sum_lanes;
 
 // Block sizes: a task's query rows and the keys per step, the rows a multiple of the GEMM tiles'
 // 6, the keys of their 16 columns. On the 2-core EPYC, 48-192 rows and 64-128 keys ran within a
@@ -158,18 +161,6 @@ constexpr int64_t kCausalBlockQ = 48;
 constexpr int64_t kBlockK = 128;
 
 int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-KILN_TARGET_AVX2 inline float max_lanes(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-KILN_TARGET_AVX2 inline float sum_lanes(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 // kt[e][j] = k[j][e] for the block's keys j < keys; columns up to the next multiple of 16 are 0.
 // Row strides: k k_stride, kt kBlockK.
@@ -547,12 +538,6 @@ KILN_TARGET_AVX2 inline __m256 exp_nonpositive(__m256 x) {
                           _mm256_castsi256_ps(scaled));
 }
 
-// Lanes 0-7 (kHalf 0) or 8-15 (kHalf 1) of v.
-template <int kHalf>
-KILN_TARGET_AVX512 inline __m256 half(__m512 v) {
-  return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), kHalf));
-}
-
 // exp_nonpositive for 16 lanes: the same arithmetic in each lane.
 KILN_TARGET_AVX512 inline __m512 exp_nonpositive16(__m512 x) {
   const __m512 n = _mm512_maskz_roundscale_ps(
@@ -771,16 +756,15 @@ class FlashAttention final : public KernelInstance {
         block_max = _mm512_maskz_max_ps(kAllLanes, block_max, v);
       }
       const float m_old = ws.row_max[r];
-      const float m_new =
-          std::max(m_old, max_lanes(_mm256_max_ps(half<0>(block_max), half<1>(block_max))));
+      const float m_new = std::max(m_old, avx512::max_lanes(block_max));
       const float m_safe = m_new == -INFINITY ? 0.0f : m_new;
       const __m512 m = _mm512_set1_ps(m_safe);
       __m256 sum = _mm256_setzero_ps();
       for (int64_t j = 0; j < keys; j += 16) {
         const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + j), m));
         _mm512_storeu_ps(x + j, e);
-        sum = _mm256_add_ps(sum, half<0>(e));
-        sum = _mm256_add_ps(sum, half<1>(e));
+        sum = _mm256_add_ps(sum, avx512::low_half(e));
+        sum = _mm256_add_ps(sum, avx512::high_half(e));
       }
       const float alpha = std::exp(m_old - m_safe);
       ws.row_sum[r] = ws.row_sum[r] * alpha + sum_lanes(sum);

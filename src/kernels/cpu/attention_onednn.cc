@@ -124,21 +124,6 @@ memory::desc batch_desc(int64_t groups, int64_t group_stride, int64_t heads, int
                       {group_stride, head_stride, row_stride, col_stride});
 }
 
-// The largest and the sum of a vector's lanes, once per row (GCC 12's _mm512_reduce_* warn of
-// an undefined passthrough).
-KILN_TARGET_AVX512 float lanes_max(__m512 v) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  return *std::max_element(lanes, lanes + 16);
-}
-KILN_TARGET_AVX512 float lanes_sum(__m512 v) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  float sum = 0;
-  for (float x : lanes) sum += x;
-  return sum;
-}
-
 // x rounded to the nearest bf16, ties to even, into p's lanes (x holds no NaN); returns the
 // rounded values (a bf16 is an f32's top half).
 KILN_TARGET_AVX512 __m512 store_weights(__m512 x, BFloat16* p, __mmask16 lanes) {
@@ -396,7 +381,7 @@ class OneDnnAttention final : public KernelInstance {
       nan |= _mm512_mask_cmp_ps_mask(lanes, s, s, _CMP_UNORD_Q);
       max = _mm512_mask_max_ps(max, lanes, max, s);
     }
-    const float row_max = lanes_max(max);
+    const float row_max = avx512::max_lanes(max);
     if (nan || row_max == -std::numeric_limits<float>::infinity()) {
       std::fill(p, p + n, element(nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f));
       return nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
@@ -408,7 +393,7 @@ class OneDnnAttention final : public KernelInstance {
       const __m512 e = exp(_mm512_sub_ps(masked(j, lanes), m));
       sum = _mm512_mask_add_ps(sum, lanes, sum, store_weights(e, p + j, lanes));
     }
-    return lanes_sum(sum);
+    return avx512::sum_lanes(sum);
   }
 
   // out = w / sum (bf16: w times 1 / sum, rounded once to bf16); zeros where sum is 0 (a row

@@ -18,6 +18,19 @@ KILN_VEC __m256 splat(float v) { return _mm256_set1_ps(v); }
 KILN_VEC __m256 sign_bits(__m256 x) { return _mm256_and_ps(x, splat(-0.0f)); }
 KILN_VEC __m256 abs(__m256 x) { return _mm256_andnot_ps(splat(-0.0f), x); }
 
+// The largest and the sum of x's lanes, halving x three times (a loop over the lanes would be a
+// chain of 7 dependent operations).
+KILN_VEC float max_lanes(__m256 x) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+KILN_VEC float sum_lanes(__m256 x) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
 // A mask selecting the first `count` (0..8) lanes, for loads and stores of a tail.
 KILN_VEC __m256i tail_mask(int64_t count) {
   alignas(32) static const int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1,

@@ -49,16 +49,29 @@ KILN_VEC16 bool neither_half_within(__m512 x, float bound) {
   return (within & 0xFF) != 0xFF && (within >> 8) != 0xFF;
 }
 
+// x's lanes 0-7 and 8-15.
+KILN_VEC16 __m256 low_half(__m512 x) {
+  return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 0));
+}
+KILN_VEC16 __m256 high_half(__m512 x) {
+  return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1));
+}
+
 // The AVX2 function F on each half of x.
 template <__m256 (*F)(__m256)>
 KILN_VEC16 __m512 by_halves(__m512 x) {
-  const __m512d wide = _mm512_castps_pd(x);
-  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, wide, 0));
-  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, wide, 1));
-  const __m512d low_half =
-      _mm512_maskz_insertf64x4(0x0F, _mm512_setzero_pd(), _mm256_castps_pd(F(lo)), 0);
+  const __m512d low_half_done =
+      _mm512_maskz_insertf64x4(0x0F, _mm512_setzero_pd(), _mm256_castps_pd(F(low_half(x))), 0);
   return _mm512_castpd_ps(
-      _mm512_maskz_insertf64x4(0xFF, low_half, _mm256_castps_pd(F(hi)), 1));
+      _mm512_maskz_insertf64x4(0xFF, low_half_done, _mm256_castps_pd(F(high_half(x))), 1));
+}
+
+// The largest and the sum of x's lanes, halving x four times.
+KILN_VEC16 float max_lanes(__m512 x) {
+  return avx2::max_lanes(_mm256_max_ps(low_half(x), high_half(x)));
+}
+KILN_VEC16 float sum_lanes(__m512 x) {
+  return avx2::sum_lanes(_mm256_add_ps(low_half(x), high_half(x)));
 }
 
 template <int N>
