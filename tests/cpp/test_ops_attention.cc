@@ -967,10 +967,12 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
           ++index;
         }
   // Chunks of heads: 12 heads of 1024 x 1024 scores hold more than one chunk's 16 MiB; causal,
-  // 8 blocks of rows, L < S and L > S.
-  for (const auto& [l, s, causal] : {std::tuple{1024, 1024, false}, {1024, 1024, true},
-                                     {300, 500, true}, {500, 300, true}}) {
-    Problem p({1, 12, l, 64}, {1, 12, s, 64}, {1, 12, s, 64});
+  // 8 blocks of rows, L < S and L > S; and one head's 1800 x 1700 scores, 18 MiB in bf16, in two
+  // blocks of 900 rows.
+  for (const auto& [heads, l, s, causal] :
+       {std::tuple{12, 1024, 1024, false}, {12, 1024, 1024, true}, {12, 300, 500, true},
+        {12, 500, 300, true}, {2, 1800, 1700, false}}) {
+    Problem p({1, heads, l, 64}, {1, heads, s, 64}, {1, heads, s, 64});
     p.with_causal(causal);
     SCOPED_TRACE(p.name());
     const Bf16Problem b(random_inputs(p, rng), p.attrs());
@@ -1005,23 +1007,26 @@ TEST(OpsAttention, OnednnDeclinesWithReasons) {
   EXPECT_EQ(reason(small, small.attrs(), DType::F32),
             "f32 with L or S below 512: the flash kernel's tiles are faster there");
   EXPECT_EQ(reason(small, small.attrs(), DType::F64), "takes f32 or bf16 q, k and v");
-  // 6 bytes a score in bf16 (S and P), 4 in f32 (P overwrites S).
-  Problem long_rows({1, 1, 2048, 64}, {1, 1, 2048, 64}, {1, 1, 2048, 64});
-  EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::BF16),
-            "one head's 2048 x 2048 scores exceed 16 MiB: the flash kernel keeps memory bounded");
+  // Long heads go in blocks of query rows; only a row whose scores alone exceed 16 MiB (6 bytes
+  // a score in bf16, S and P; 4 in f32, P overwriting S) is declined.
+  Problem long_rows({1, 1, 4096, 64}, {1, 1, 4096, 64}, {1, 1, 4096, 64});
+  EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::BF16), "");
   EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::F32), "");
   long_rows.with_causal();
+  EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::BF16), "");
   EXPECT_EQ(reason(long_rows, long_rows.attrs(), DType::F32),
             "f32 causal attention: the flash kernel, which skips the masked blocks, is faster");
-  Problem longer({1, 1, 2049, 64}, {1, 1, 2048, 64}, {1, 1, 2048, 64});
-  EXPECT_EQ(reason(longer, longer.attrs(), DType::F32),
-            "one head's 2049 x 2048 scores exceed 16 MiB: the flash kernel keeps memory bounded");
+  Problem row_too_long({1, 1, 1, 8}, {1, 1, 2796203, 8}, {1, 1, 2796203, 8});
+  EXPECT_EQ(reason(row_too_long, row_too_long.attrs(), DType::BF16),
+            "one query row's 2796203 scores exceed 16 MiB: the flash kernel keeps memory bounded");
+  EXPECT_EQ(reason(row_too_long, row_too_long.attrs(), DType::F32), "f32 with L or S below 512: "
+            "the flash kernel's tiles are faster there");
 }
 
 // onednn on f32 (which it takes from L = S = 512 on, non-causal) against the reference within
 // the op's bound: bool and additive masks (a row attending no key), NaN in q or in one key,
-// odd E and Ev, L != S, rank 3, a set scale, and heads second last (which must also match the
-// reference on dense operands within the bound).
+// odd E and Ev, L != S, rank 3, a set scale, blocks of query rows, and heads second last (which
+// must also match the reference on dense operands within the bound).
 TEST(OpsAttention, OnednnF32MatchesReferenceOnLongRows) {
   std::mt19937 rng(53);
   {
@@ -1037,6 +1042,9 @@ TEST(OpsAttention, OnednnF32MatchesReferenceOnLongRows) {
       Problem({1, 2, 600, 32}, {1, 2, 520, 32}, {1, 2, 520, 32})
           .with_mask({1, 2, 600, 520}, DType::F32),
       Problem({1, 2, 512, 64}, {1, 2, 512, 64}, {1, 2, 512, 64}).with_mask({1, 512}, DType::F32),
+      // One head's 2100 x 2100 scores exceed 16 MiB: two blocks of 1050 query rows.
+      Problem({1, 1, 2100, 8}, {1, 1, 2100, 8}, {1, 1, 2100, 8})
+          .with_mask({2100, 2100}, DType::Bool),
   };
   int index = 0;
   for (const Problem& p : problems) {

@@ -9,9 +9,9 @@
 //    kernel multiplies small tiles: faster from L = S = 512 on, without a causal mask (below).
 // Grouped-query attention multiplies each group's query heads by its one k (and v) matrix,
 // broadcast in a 4-D batch [groups, heads of a group, rows, cols].
-// The chunk's scores are held whole, so the kernel declines heads whose L x S scores exceed
-// kMaxChunkBytes (the flash kernel keeps memory bounded for long sequences). Causal attention
-// goes in blocks of query rows, each multiplying only the keys up to its last row.
+// A chunk's scores for a block of query rows are held whole, within kMaxChunkBytes: blocks of all
+// L rows where one head's L x S scores fit, else equal blocks that do. Causal attention goes in
+// blocks of at most 128 query rows, each multiplying only the keys up to its last row.
 #include "kernels/cpu/attention.h"
 
 #ifdef KILN_X86
@@ -97,10 +97,27 @@ Heads heads_of(const KernelSpec& spec, const AttentionGeometry& g) {
   return h;
 }
 
-// Heads per chunk: the largest divisor of the head count whose scores fit kMaxChunkBytes and
-// that holds whole groups of heads or lies within one.
-int64_t chunk_heads(const AttentionGeometry& g, const Heads& heads, int64_t score_bytes) {
-  const int64_t per_head = g.l * g.s * score_bytes;
+// Causal attention in blocks of query rows: block [r0, r0 + rows) needs only the keys up to its
+// last row, so the products skip most of the masked triangle. 64, 128 and 256 rows took
+// [1, 12, 1024, 64] in 7.0, 6.6 and 8.8 ms (docs/benchmarks.md, 2026-12-04 19:45).
+constexpr int64_t kCausalBlockRows = 128;
+
+// Query rows per block: all L (causal: kCausalBlockRows), or where one head's scores for them
+// exceed kMaxChunkBytes, the size of the fewest equal blocks that fit; 0 where one row's
+// scores alone exceed it.
+int64_t block_rows(const AttentionGeometry& g, int64_t score_bytes) {
+  const int64_t most = g.causal ? std::min(g.l, kCausalBlockRows) : g.l;
+  const int64_t fit = kMaxChunkBytes / (g.s * score_bytes);
+  if (fit >= most || fit == 0) return std::min(most, fit);
+  const int64_t blocks = (g.l + fit - 1) / fit;
+  return (g.l + blocks - 1) / blocks;
+}
+
+// Heads per chunk: the largest divisor of the head count whose scores for `rows` query rows fit
+// kMaxChunkBytes and that holds whole groups of heads or lies within one.
+int64_t chunk_heads(const AttentionGeometry& g, const Heads& heads, int64_t rows,
+                    int64_t score_bytes) {
+  const int64_t per_head = rows * g.s * score_bytes;
   for (int64_t c = heads.count; c >= 1; --c)
     if (heads.count % c == 0 && (c % heads.group == 0 || heads.group % c == 0) &&
         c * per_head <= kMaxChunkBytes)
@@ -149,15 +166,11 @@ inline __mmask16 lanes_from(int64_t j, int64_t n) {
                      : __mmask16(0);
 }
 
-// Causal attention in blocks of query rows: block [r0, r0 + rows) needs only the keys up to its
-// last row, so the products skip most of the masked triangle. 64, 128 and 256 rows took
-// [1, 12, 1024, 64] in 7.0, 6.6 and 8.8 ms (docs/benchmarks.md, 2026-12-04 19:45).
-constexpr int64_t kCausalBlockRows = 128;
-
 template <typename T>
 class OneDnnAttention final : public KernelInstance {
  public:
-  OneDnnAttention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t chunk)
+  OneDnnAttention(const KernelSpec& spec, AttentionGeometry g, Heads heads, int64_t block_rows,
+                  int64_t chunk)
       : g_(std::move(g)),
         heads_(heads),
         chunk_(chunk),
@@ -167,7 +180,6 @@ class OneDnnAttention final : public KernelInstance {
         k_(operand(heads_.k, g_.k_row_stride, heads_.k ? chunk_ / group_ : 1, g_.s, g_.e)),
         v_(operand(heads_.v, g_.v_row_stride, heads_.v ? chunk_ / group_ : 1, g_.s, g_.ev)) {
     LibraryThreads scope(threads_);
-    const int64_t block_rows = g_.causal ? kCausalBlockRows : g_.l;
     for (int64_t r0 = 0; r0 < g_.l; r0 += block_rows) {
       const int64_t rows = std::min(block_rows, g_.l - r0);
       blocks_.push_back(make_block(r0, rows, g_.causal ? std::min(g_.s, r0 + rows) : g_.s));
@@ -447,10 +459,9 @@ std::string onednn_attention_unsupported(const KernelSpec& spec) {
   if (!heads.even()) return "the heads' matrices are not evenly spaced";
   const int64_t score_bytes = dtype == DType::F32 ? Element<float>::score_bytes
                                                   : Element<BFloat16>::score_bytes;
-  if (chunk_heads(g, heads, score_bytes) == 0)
-    return "one head's " + std::to_string(g.l) + " x " + std::to_string(g.s) +
-           " scores exceed " + std::to_string(kMaxChunkBytes >> 20) +
-           " MiB: the flash kernel keeps memory bounded";
+  if (block_rows(g, score_bytes) == 0)
+    return "one query row's " + std::to_string(g.s) + " scores exceed " +
+           std::to_string(kMaxChunkBytes >> 20) + " MiB: the flash kernel keeps memory bounded";
   // f32: where the flash kernel is faster (docs/benchmarks.md, 2026-12-04 21:50).
   if (dtype == DType::F32 && g.causal)
     return "f32 causal attention: the flash kernel, which skips the masked blocks, is faster";
@@ -463,12 +474,14 @@ std::string onednn_attention_unsupported(const KernelSpec& spec) {
 std::unique_ptr<KernelInstance> create_onednn_attention(const KernelSpec& spec) {
   AttentionGeometry g = make_attention_geometry(spec);
   const Heads heads = heads_of(spec, g);
-  if (spec.inputs[0].dtype == DType::F32) {
-    const int64_t chunk = chunk_heads(g, heads, Element<float>::score_bytes);
-    return std::make_unique<OneDnnAttention<float>>(spec, std::move(g), heads, chunk);
-  }
-  const int64_t chunk = chunk_heads(g, heads, Element<BFloat16>::score_bytes);
-  return std::make_unique<OneDnnAttention<BFloat16>>(spec, std::move(g), heads, chunk);
+  auto make = [&](auto element) -> std::unique_ptr<KernelInstance> {
+    using T = decltype(element);
+    const int64_t rows = block_rows(g, Element<T>::score_bytes);
+    const int64_t chunk = chunk_heads(g, heads, rows, Element<T>::score_bytes);
+    return std::make_unique<OneDnnAttention<T>>(spec, std::move(g), heads, rows, chunk);
+  };
+  if (spec.inputs[0].dtype == DType::F32) return make(float{});
+  return make(BFloat16{});
 }
 
 }  // namespace kiln::cpu
