@@ -232,6 +232,8 @@ void register_attention_ops(OpRegistry& registry) {
   def.infer = infer_attention;
   def.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
+  def.kernels.push_back({"flash_amx", "native", cpu::amx_attention_unsupported,
+                         cpu::create_amx_attention});
   def.kernels.push_back({"onednn", "onednn", cpu::onednn_attention_unsupported,
                          cpu::create_onednn_attention});
   def.kernels.push_back({"flash_avx512", "native", flash_avx512_unsupported,

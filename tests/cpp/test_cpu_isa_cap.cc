@@ -32,6 +32,10 @@ TEST(CpuIsaCap, Avx2KeepsKilnKernelsToEightLanes) {
   EXPECT_FALSE(cpu::has_avx512f());
   EXPECT_FALSE(cpu::has_avx512_bf16());
   EXPECT_EQ(cpu::isa_unavailable_reason(cpu::Isa::Avx512), "KILN_MAX_CPU_ISA=avx2 excludes AVX-512");
+  // AMX kernels too, on a CPU with AMX as on one without.
+  const std::string amx = cpu::amx_bf16_unavailable_reason();
+  EXPECT_TRUE(amx == "KILN_MAX_CPU_ISA=avx2 excludes AVX-512" || amx == "the CPU lacks AMX-BF16")
+      << amx;
 
   OneNode norm("layer_norm", {type_of(DType::F32, {4, 8})});
   EXPECT_EQ(test::unsupported_reason(*norm.node, "avx512"), "KILN_MAX_CPU_ISA=avx2 excludes AVX-512");

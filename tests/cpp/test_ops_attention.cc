@@ -893,27 +893,60 @@ TEST(OpsAttention, Bf16IsTheF32OneBetweenCasts) {
       << message;
 }
 
-bool onednn_bf16_available() {
+bool bf16_kernel_available(const char* kernel) {
   Graph g;
   std::vector<Value*> inputs;
-  for (const char* name : {"q", "k", "v"})
-    inputs.push_back(g.add_input(name, type_of(DType::BF16, {2, 4})));
-  return takes(*g.add_uncast(kOp, inputs, {})->producer(), "onednn");
+  for (const char* name : {"q", "k", "v"})  // 16 query rows: flash_amx's least
+    inputs.push_back(g.add_input(name, type_of(DType::BF16, {inputs.empty() ? 16 : 3, 4})));
+  return takes(*g.add_uncast(kOp, inputs, {})->producer(), kernel);
+}
+bool onednn_bf16_available() { return bf16_kernel_available("onednn"); }
+
+// The kernels that multiply in bf16 and round P to bf16 before P v, where this CPU runs them:
+// flash_amx (AMX tiles, online softmax) and onednn (oneDNN's bf16 matmul).
+std::vector<const char*> bf16_product_kernels() {
+  std::vector<const char*> kernels;
+  for (const char* kernel : {"flash_amx", "onednn"})
+    if (bf16_kernel_available(kernel)) kernels.push_back(kernel);
+  return kernels;
 }
 
-// onednn on bf16 (oneDNN's bf16 matmul, P rounded to bf16 before P v) against the f32 kernel on the
-// same widened values: within 2^-8 (max |v| + |out|) per output element, the bound docs/ops.md
-// gives (P's rounding moves an output by at most 2^-8 max |v - out|, the result's own rounding by
-// a bf16 half ULP); NaN where it is NaN; zeros for rows attending no key. Decoding rows,
-// L != S, odd E and Ev, causal (in blocks of 128 query rows), bool and additive masks
-// (broadcast, -inf, rows all masked), scales, heads second last, rank 3, a NaN in q or k,
-// chunks of heads.
-TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
-  if (!onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul here";
+// `kernel`'s bf16 result on b against the f32 result on the same widened values, within the
+// bound of P's rounding (below): 2^-8 (max |v| + |out|) per element; NaN where it is NaN.
+void expect_within_p_rounding(const Bf16Problem& b, const char* kernel, const Tensor& f32) {
+  SCOPED_TRACE(kernel);
+  ASSERT_TRUE(takes(*b.node, kernel));
+  const Tensor got = test::run_kernel(*b.node, kernel, b.narrow, 2)[0];
+  ASSERT_EQ(got.sizes(), f32.sizes());
+  float max_v = 0;
+  for (int64_t j = 0; j < b.wide[2].numel(); ++j)
+    max_v = std::max(max_v, std::fabs(b.wide[2].data<float>()[j]));
+  int failures = 0;
+  for (int64_t j = 0; j < got.numel() && failures < 10; ++j) {
+    const float g = cpu::to_float(got.data<cpu::BFloat16>()[j]);
+    const float want = f32.data<float>()[j];
+    const bool ok = std::isnan(want)
+                        ? std::isnan(g)
+                        : std::fabs(g - want) <= std::ldexp(max_v + std::fabs(want), -8);
+    if (!ok) ++failures;
+    EXPECT_TRUE(ok) << "element " << j << ": " << g << " vs " << want;
+  }
+}
+
+// flash_amx and onednn on bf16 (bf16 products, P rounded to bf16 before P v) against the f32
+// kernel on the same widened values: within 2^-8 (max |v| + |out|) per output element, the bound
+// docs/ops.md gives (P's rounding moves an output by at most 2^-8 max |v - out|, the result's own
+// rounding by a bf16 half ULP); NaN where it is NaN; zeros for rows attending no key. Decoding
+// rows, L != S, odd E and Ev, causal (onednn in blocks of 128 query rows; flash_amx's tasks of
+// 32 rows across several key blocks), bool and additive masks (broadcast, -inf, rows all masked),
+// scales, heads second last, rank 3, a NaN in q or k, chunks of heads.
+TEST(OpsAttention, Bf16ProductKernelsMatchTheF32KernelWithinPsRounding) {
+  const std::vector<const char*> kernels = bf16_product_kernels();
+  if (kernels.empty()) GTEST_SKIP() << "no bf16 products here (AMX or oneDNN's bf16 matmul)";
   std::mt19937 rng(47);
   int index = 0;
   for (int64_t l : {1, 17, 197})
-    for (int64_t s : {1, 70, 197})
+    for (int64_t s : {1, 70, 197, 600})
       for (int64_t e : {64, 13})
         for (bool causal : {false, true}) {
           const int64_t ev = std::array<int64_t, 3>{e, 20, 13}[index % 3];
@@ -948,22 +981,9 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
             for (const char* attr : kHeadsSecondLast) attrs[attr] = true;
           }
           const Bf16Problem b(std::move(wide), attrs);
-          const Tensor got = test::run_kernel(*b.node, "onednn", b.narrow, 2)[0];
           const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
-          ASSERT_EQ(got.sizes(), f32.sizes());
-          float max_v = 0;
-          for (int64_t j = 0; j < b.wide[2].numel(); ++j)
-            max_v = std::max(max_v, std::fabs(b.wide[2].data<float>()[j]));
-          for (int64_t j = 0; j < got.numel(); ++j) {
-            const float g = cpu::to_float(got.data<cpu::BFloat16>()[j]);
-            const float want = f32.data<float>()[j];
-            if (std::isnan(want)) {
-              EXPECT_TRUE(std::isnan(g)) << "element " << j;
-              continue;
-            }
-            EXPECT_LE(std::fabs(g - want), std::ldexp(max_v + std::fabs(want), -8))
-                << "element " << j << ": " << g << " vs " << want;
-          }
+          for (const char* kernel : kernels)
+            if (takes(*b.node, kernel)) expect_within_p_rounding(b, kernel, f32);
           ++index;
         }
   // Chunks of heads: 12 heads of 1024 x 1024 scores hold more than one chunk's 16 MiB; causal,
@@ -976,13 +996,79 @@ TEST(OpsAttention, OnednnBf16MatchesTheF32KernelWithinPsRounding) {
     p.with_causal(causal);
     SCOPED_TRACE(p.name());
     const Bf16Problem b(random_inputs(p, rng), p.attrs());
-    const Tensor got = test::run_kernel(*b.node, "onednn", b.narrow, 2)[0];
     const Tensor f32 = test::run_kernel(*b.f32_node.node, "reference", b.wide)[0];
-    for (int64_t j = 0; j < got.numel(); ++j)
-      ASSERT_LE(std::fabs(cpu::to_float(got.data<cpu::BFloat16>()[j]) - f32.data<float>()[j]),
-                std::ldexp(2.0f + std::fabs(f32.data<float>()[j]), -8))
-          << "element " << j;
+    for (const char* kernel : kernels) expect_within_p_rounding(b, kernel, f32);
   }
+}
+
+// flash_amx's tiles and blocks at their edges, against the f32 kernel within P's rounding: E and
+// Ev within and across tiles (1, 13, 40, 80, 96, 128, 256), query tasks of 32 rows with tails
+// (16, 33, 100), keys in blocks of 256 with tails (31, 257, 600), causal with L < S and L > S
+// (its tasks alternate from both ends of the rows), a bool mask on several key blocks, scores
+// large enough that a later key block raises a row's maximum many times over (the rescaling of
+// the rows accumulated so far), grouped heads sharing one packed k and v. And what it declines.
+TEST(OpsAttention, FlashAmxMatchesTheF32KernelAcrossTilesAndKeyBlocks) {
+  if (!bf16_kernel_available("flash_amx")) GTEST_SKIP() << "no AMX here";
+  std::mt19937 rng(61);
+  struct Case {
+    int64_t heads, kv_heads, l, s, e, ev;
+    bool causal, mask;
+    float q_scale;  // q's range: wide ranges move the row maximum from block to block
+  };
+  const Case cases[] = {
+      {3, 3, 16, 31, 40, 1, false, false, 1},    {2, 2, 33, 257, 96, 80, false, true, 1},
+      {2, 2, 100, 600, 128, 128, true, false, 8}, {2, 2, 600, 100, 13, 17, true, true, 1},
+      {4, 2, 64, 600, 256, 40, false, false, 8},  {4, 1, 47, 520, 80, 96, true, false, 4},
+  };
+  for (const Case& c : cases) {
+    Problem p({1, c.heads, c.l, c.e}, {1, c.kv_heads, c.s, c.e}, {1, c.kv_heads, c.s, c.ev});
+    p.with_causal(c.causal);
+    if (c.mask) p.with_mask({c.l, c.s}, DType::Bool);
+    SCOPED_TRACE(p.name());
+    std::vector<Tensor> in = random_inputs(p, rng);
+    for (int64_t j = 0; j < in[0].numel(); ++j) in[0].data<float>()[j] *= c.q_scale;
+    AttrMap attrs = p.attrs();
+    if (c.heads != c.kv_heads) {
+      attrs["enable_gqa"] = true;
+      for (int i : {1, 2}) in[i] = repeat_heads(in[i], c.heads / c.kv_heads);
+      p.k[1] = p.v[1] = c.heads;
+      const Bf16Problem repeated(in, p.attrs());
+      const Tensor f32 = test::run_kernel(*repeated.f32_node.node, "reference", repeated.wide)[0];
+      for (int i : {1, 2}) {  // back to the grouped heads: every group's first head
+        std::vector<int64_t> sizes = in[i].sizes();
+        sizes[1] = c.kv_heads;
+        Tensor grouped = Tensor::empty(DType::F32, sizes);
+        const int64_t matrix = sizes[2] * sizes[3], group = c.heads / c.kv_heads;
+        for (int64_t h = 0; h < c.kv_heads; ++h)
+          std::copy_n(in[i].data<float>() + h * group * matrix, matrix,
+                      grouped.data<float>() + h * matrix);
+        in[i] = grouped;
+      }
+      expect_within_p_rounding(Bf16Problem(in, attrs), "flash_amx", f32);
+    } else {
+      const Bf16Problem b(in, attrs);
+      expect_within_p_rounding(b, "flash_amx",
+                               test::run_kernel(*b.f32_node.node, "reference", b.wide)[0]);
+    }
+  }
+  auto reason = [](const Problem& p, DType dtype) {
+    Graph g;
+    std::vector<Value*> inputs;
+    for (TensorType t : p.types()) {
+      t.dtype = dtype;
+      inputs.push_back(g.add_input("in" + std::to_string(inputs.size()), t));
+    }
+    return test::unsupported_reason(*g.add_uncast(kOp, inputs, p.attrs())->producer(),
+                                    "flash_amx");
+  };
+  const Problem rows16({1, 2, 16, 64}, {1, 2, 100, 64}, {1, 2, 100, 64});
+  EXPECT_EQ(reason(rows16, DType::BF16), "");
+  EXPECT_EQ(reason(rows16, DType::F32), "takes bf16 q, k and v");
+  EXPECT_EQ(reason(Problem({1, 2, 15, 64}, {1, 2, 100, 64}, {1, 2, 100, 64}), DType::BF16),
+            "fewer than 16 query rows: packing each head's k and v for AMX costs more than "
+            "onednn's products");
+  EXPECT_EQ(reason(Problem({1, 2, 16, 64}, {1, 2, 0, 64}, {1, 2, 0, 64}), DType::BF16),
+            "an empty attention (a zero dim)");
 }
 
 // What onednn declines, and why: f64, f32 where flash is faster, and a head whose scores alone
@@ -1070,7 +1156,8 @@ TEST(OpsAttention, OnednnF32MatchesReferenceOnLongRows) {
 
 // onednn on grouped-query attention, k and v read per group of query heads, against the
 // reference on k and v with their heads repeated: f32 (long rows) within the op's bound, bf16
-// within P's rounding (as OnednnBf16MatchesTheF32KernelWithinPsRounding). Groups of 2 to 4 and
+// (and flash_amx where it takes the node) within P's rounding (as
+// Bf16ProductKernelsMatchTheF32KernelWithinPsRounding). Groups of 2 to 4 and
 // all heads sharing one (4 / 1), k broadcast over the batch, k heads second last (and q, v and
 // the output too: each copied dense for oneDNN), causal, masks, decoding rows, and bf16 chunks of
 // heads inside a group (one head's scores a chunk).
@@ -1142,17 +1229,8 @@ TEST(OpsAttention, OnednnGroupedQueryAttentionMatchesRepeatedHeads) {
     if (c.bf16) {
       const Bf16Problem b(grouped, attrs);
       ASSERT_TRUE(takes(*b.node, "onednn"));
-      const Tensor narrow = test::run_kernel(*b.node, "onednn", b.narrow, 2)[0];
-      float max_v = 0;
-      for (int64_t j = 0; j < grouped[2].numel(); ++j)
-        max_v = std::max(max_v, std::fabs(grouped[2].data<float>()[j]));
-      ASSERT_EQ(narrow.numel(), expected.numel());
-      for (int64_t j = 0; j < narrow.numel(); ++j) {
-        const float g = cpu::to_float(narrow.data<cpu::BFloat16>()[j]);
-        const float want = expected.data<float>()[j];
-        ASSERT_LE(std::fabs(g - want), std::ldexp(max_v + std::fabs(want), -8))
-            << "element " << j << ": " << g << " vs " << want;
-      }
+      for (const char* kernel : bf16_product_kernels())
+        if (takes(*b.node, kernel)) expect_within_p_rounding(b, kernel, expected);
     } else {
       std::vector<TensorType> grouped_types;
       for (const Tensor& t : grouped) grouped_types.push_back(type_of(t.dtype(), t.sizes()));

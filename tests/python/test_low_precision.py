@@ -114,8 +114,8 @@ def test_single_op_rounds_once(name, dtype):
     torch.manual_seed(0)
     make, inputs = SINGLE_OPS[name]
     inputs = [x.to(dtype) for x in inputs]
-    # bf16 attention's onednn kernel rounds its softmax weights to bf16 before P·v, as
-    # PyTorch's does: at most 2^-8 max|v - y| more, below 2^-7 max|v| (v is the input here).
+    # bf16 attention's flash_amx and onednn kernels round the softmax weights to bf16 before
+    # P·v, as PyTorch's does: at most 2^-8 max|v - y| more, below 2^-7 max|v| (v is the input).
     intermediate = (2.0 ** -7 * inputs[0].double().abs().max().item()
                     if name == "attention" and dtype == torch.bfloat16 else 0.0)
     check_op(make().eval().to(dtype), *inputs, intermediate=intermediate)

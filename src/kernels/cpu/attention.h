@@ -60,6 +60,10 @@ std::unique_ptr<KernelInstance> create_flash_attention_avx512(const KernelSpec& 
 // (attention_onednn.cc); empty reason when it can take the node.
 std::string onednn_attention_unsupported(const KernelSpec& spec);
 std::unique_ptr<KernelInstance> create_onednn_attention(const KernelSpec& spec);
+// bf16 q, k and v in AMX tiles, flash style: blocks of query rows walk blocks of keys whose
+// scores stay in the core's caches (attention_amx.cc); empty reason when it can take the node.
+std::string amx_attention_unsupported(const KernelSpec& spec);
+std::unique_ptr<KernelInstance> create_amx_attention(const KernelSpec& spec);
 #endif
 
 }  // namespace kiln::cpu

@@ -159,13 +159,6 @@ KILN_TARGET_AVX512 __m512 store_weights(__m512 x, float* p, __mmask16 lanes) {
   return x;
 }
 
-// The lanes of the 16 elements from j on that lie below n.
-inline __mmask16 lanes_from(int64_t j, int64_t n) {
-  return n - j >= 16 ? __mmask16(0xFFFF)
-         : n > j     ? static_cast<__mmask16>((1u << (n - j)) - 1)
-                     : __mmask16(0);
-}
-
 template <typename T>
 class OneDnnAttention final : public KernelInstance {
  public:
@@ -373,7 +366,7 @@ class OneDnnAttention final : public KernelInstance {
     const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
     auto masked = [&](int64_t j, __mmask16 lanes) KILN_TARGET_AVX512 {
       __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), scale);
-      __mmask16 keep = j + 16 <= attended ? lanes : lanes & lanes_from(j, attended);
+      __mmask16 keep = j + 16 <= attended ? lanes : lanes & avx512::lanes_from(j, attended);
       if (g_.mask == AttentionMask::Additive) {
         const auto* m = static_cast<const float*>(mask_row);
         s = _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
@@ -388,7 +381,7 @@ class OneDnnAttention final : public KernelInstance {
     __m512 max = neg_inf;
     __mmask16 nan = 0;
     for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 lanes = lanes_from(j, n);
+      const __mmask16 lanes = avx512::lanes_from(j, n);
       const __m512 s = masked(j, lanes);
       nan |= _mm512_mask_cmp_ps_mask(lanes, s, s, _CMP_UNORD_Q);
       max = _mm512_mask_max_ps(max, lanes, max, s);
@@ -401,7 +394,7 @@ class OneDnnAttention final : public KernelInstance {
     const __m512 m = splat(row_max);
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 lanes = lanes_from(j, n);
+      const __mmask16 lanes = avx512::lanes_from(j, n);
       const __m512 e = exp(_mm512_sub_ps(masked(j, lanes), m));
       sum = _mm512_mask_add_ps(sum, lanes, sum, store_weights(e, p + j, lanes));
     }
@@ -421,7 +414,7 @@ class OneDnnAttention final : public KernelInstance {
     }
     const __m512 by = avx512::splat(std::is_same_v<T, float> ? sum : 1.0f / sum);
     for (int64_t c = 0; c < g_.ev; c += 16) {
-      const __mmask16 lanes = lanes_from(c, g_.ev);
+      const __mmask16 lanes = avx512::lanes_from(c, g_.ev);
       const __m512 row = _mm512_maskz_loadu_ps(lanes, w + c);
       store_weights(std::is_same_v<T, float> ? _mm512_div_ps(row, by) : _mm512_mul_ps(row, by),
                     out + c, lanes);

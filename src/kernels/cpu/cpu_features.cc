@@ -9,6 +9,12 @@
 #include <optional>
 #include <utility>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "dnnl.hpp"
 #include "kernels/cpu/fma_loops.h"
 #include "kiln/error.h"
@@ -109,6 +115,29 @@ bool has_avx512_bf16() {
   return supported && has_avx512f();
 #else
   return false;
+#endif
+}
+
+std::string amx_bf16_unavailable_reason() {
+#if defined(__x86_64__)
+  static const std::string cpu = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool tile = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1) &&
+                      (edx >> 22 & 1);  // AMX-TILE, AMX-BF16
+    if (!tile) return std::string("the CPU lacks AMX-BF16");
+    // Linux hands out the 8 KiB of tile registers per process on request (ARCH_REQ_XCOMP_PERM
+    // for XFEATURE_XTILEDATA); oneDNN asks the same, and a second request is harmless.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    if (syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) != 0)
+      return std::string("the operating system does not grant the AMX tile registers");
+    return std::string();
+  }();
+  if (!cpu.empty()) return cpu;
+  if (!has_avx512_bf16())
+    return has_avx512f() ? "the CPU lacks AVX512-BF16" : isa_unavailable_reason(Isa::Avx512);
+  return "";
+#else
+  return "not an x86-64 CPU";
 #endif
 }
 

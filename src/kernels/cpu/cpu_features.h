@@ -53,6 +53,11 @@ bool avx512_fma_full_width();
 // FMA rate.
 bool has_avx512_bf16();
 
+// Why Kiln's AMX kernels can't run here (empty when they can): AMX-TILE and AMX-BF16 (Sapphire
+// Rapids onward) with AVX512-BF16 within KILN_MAX_CPU_ISA, and Linux granting this process the
+// tile registers (arch_prctl, asked once; a CPU or kernel without them says no).
+std::string amx_bf16_unavailable_reason();
+
 // Whether oneDNN runs bf16 natively here: AVX512-BF16 in the ISA it uses, which
 // ONEDNN_MAX_CPU_ISA can cap below the CPU's. Its bf16 matmuls and convolutions run only then;
 // elsewhere they would be emulated or missing.

@@ -37,6 +37,13 @@ KILN_VEC16 __m512 xor_bits(__m512 a, __m512 b) {
       _mm512_maskz_xor_epi32(kAllLanes, _mm512_castps_si512(a), _mm512_castps_si512(b)));
 }
 
+// The lanes of the 16 elements from j on that lie below n: a row's tail.
+inline __mmask16 lanes_from(int64_t j, int64_t n) {
+  return n - j >= 16 ? kAllLanes
+         : n > j     ? static_cast<__mmask16>((1u << (n - j)) - 1)
+                     : __mmask16(0);
+}
+
 // The lanes of x within [-bound, bound] (not NaNs).
 KILN_VEC16 __mmask16 lanes_within(__m512 x, float bound) {
   return _mm512_cmp_ps_mask(abs(x), splat(bound), _CMP_LE_OQ);
