@@ -6,6 +6,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/bf16_avx2.h"
+#include "kernels/cpu/bf16_avx512.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/float16.h"
 #include "ops_test_util.h"
 
@@ -492,6 +495,34 @@ void expect_vector_cast_matches_reference(const Tensor& x, DType to) {
   }
 }
 
+// The bf16 row conversions of both widths (the `to` kernel runs only the CPU's widest) against
+// the scalar ones on `bits` as f32 and on every bf16 pattern, at every offset of a vector.
+void expect_bf16_rows_match_scalar(const std::vector<uint32_t>& bits) {
+#ifdef KILN_X86
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+  std::vector<cpu::BFloat16> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i].bits = static_cast<uint16_t>(i);
+  auto check = [&](auto narrow, auto widen, int64_t start) {
+    const int64_t n = static_cast<int64_t>(x.size()) - start;
+    std::vector<cpu::BFloat16> narrowed(static_cast<size_t>(n));
+    narrow(x.data() + start, narrowed.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(narrowed[i].bits, cpu::to_bfloat16(x[start + i]).bits) << "f32 " << start + i;
+    std::vector<float> widened(65536 - start);
+    widen(all.data() + start, widened.data(), 65536 - start);
+    for (int64_t i = 0; i < 65536 - start; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(widened[i]), std::bit_cast<uint32_t>(
+                                                        cpu::to_float(all[start + i])));
+  };
+  for (int64_t start : {0, 5}) {
+    if (cpu::has_avx2_fma()) check(cpu::avx2::narrow_to_bf16_row, cpu::avx2::widen_bf16_row, start);
+    if (cpu::has_avx512f())
+      check(cpu::avx512::narrow_to_bf16_row, cpu::avx512::widen_bf16_row, start);
+  }
+#endif
+}
+
 TEST(OpsLayout, VectorCastsMatchReferenceBitForBit) {
   // Every f16 / bf16 bit pattern (NaNs, infinities, subnormals included).
   for (DType half : {DType::F16, DType::BF16}) {
@@ -517,8 +548,9 @@ TEST(OpsLayout, VectorCastsMatchReferenceBitForBit) {
   std::memcpy(f32.data(), bits.data(), f32.nbytes());
   expect_vector_cast_matches_reference(f32, DType::F16);
   expect_vector_cast_matches_reference(f32, DType::BF16);
+  expect_bf16_rows_match_scalar(bits);
   // Tails of every length.
-  for (int64_t n : {0, 1, 3, 7, 17}) {
+  for (int64_t n : {0, 1, 3, 7, 17, 31}) {
     Tensor small = Tensor::empty(DType::F32, {n});
     for (int64_t i = 0; i < n; ++i) small.data<float>()[i] = 0.1f * static_cast<float>(i) - 0.7f;
     expect_vector_cast_matches_reference(small, DType::F16);

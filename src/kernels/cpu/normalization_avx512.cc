@@ -6,7 +6,7 @@
 
 #include <array>
 
-#include "kernels/cpu/bf16_avx2.h"
+#include "kernels/cpu/bf16_avx512.h"
 #include "kernels/cpu/bf16_rows.h"
 #pragma GCC diagnostic ignored "-Wpsabi"  // see layer_norm_rows.h
 #include "kernels/cpu/layer_norm_rows.h"
@@ -94,7 +94,7 @@ KILN_TARGET_AVX512 void layer_norm(const BFloat16* x, const BFloat16* weight,
       [&](const float* row, std::array<const float*, 0>, float* out) KILN_TARGET_AVX512 {
         layer_norm_rows::normalize_rows<DoubleLanes>(row, p, out, 1, n, eps);
       },
-      avx2::widen_bf16_row, avx2::narrow_to_bf16_row);
+      avx512::widen_bf16_row, avx512::narrow_to_bf16_row);
 }
 
 }  // namespace kiln::cpu::avx512
