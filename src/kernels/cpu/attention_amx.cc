@@ -2,9 +2,10 @@
 // of one head, which walks the keys in blocks of kBlockKeys. For each key block, q k^T goes into
 // a small f32 score block (in L2), an online softmax (running maximum and sum per row) turns it
 // into weights rounded to bf16 P, and P v accumulates into the task's f32 output rows, rescaled
-// whenever a row's maximum grows. The score matrix is never held whole, and the scores never
-// leave the core's caches, where the onednn kernel writes a chunk of heads' scores out and reads
-// them back twice (docs/benchmarks.md, 2026-12-05).
+// whenever a row's maximum grows; the next block's q k^T is issued between this block's softmax
+// rows, so that the AMX unit and the vector units work at once. The score matrix is never held
+// whole, and the scores never leave the core's caches, where the onednn kernel writes a chunk of
+// heads' scores out and reads them back twice (docs/benchmarks.md, 2026-12-05).
 // Numerics as the onednn kernel's (docs/ops.md): f32 scores and softmax, P rounded to bf16
 // before P v, the output divided by the sum of the rounded weights, so each output stays a
 // weighted mean of v's rows; a weight rounded under an earlier maximum is rescaled later in f32
@@ -68,7 +69,7 @@ struct Workspace {
   uint16_t* k;      // the head's k^T: [key tiles][E tiles][16 pairs][16 keys][2]
   uint16_t* v;      // the head's v: [key pairs of 32][v column tiles][16 pairs][16 cols][2]
   uint16_t* q;      // the task's query rows: [32][e_pad]
-  float* scores;    // [32][kBlockKeys]
+  float* scores[2]; // [32][kBlockKeys] each: this key block's, and the next one's
   uint16_t* p;      // [32][kBlockKeys]
   float* o;         // [32][ev_pad]: the unnormalized output rows
   float* row_max;   // [32]
@@ -79,10 +80,11 @@ struct Workspace {
 struct Sizes {
   int64_t s_pad, e_pad, ev_pad;
   // Each buffer's bytes, in Workspace's order; the slot is their sum.
-  std::array<int64_t, 9> bytes() const {
+  std::array<int64_t, 10> bytes() const {
     auto a = [](int64_t b) { return round_up(b, 64); };
     return {a(s_pad * e_pad * 2), a(s_pad * ev_pad * 2), a(kTaskRows * e_pad * 2),
-            a(kTaskRows * kBlockKeys * 4), a(kTaskRows * kBlockKeys * 2),
+            a(kTaskRows * kBlockKeys * 4), a(kTaskRows * kBlockKeys * 4),
+            a(kTaskRows * kBlockKeys * 2),
             a(kTaskRows * ev_pad * 4), a(kTaskRows * 4), a(kTaskRows * 4), a(kTaskRows)};
   }
   int64_t slot_bytes() const {
@@ -91,17 +93,21 @@ struct Sizes {
     return total;
   }
   Workspace carve(std::byte* slot) const {
-    const std::array<int64_t, 9> b = bytes();
-    std::array<std::byte*, 9> at;
+    const std::array<int64_t, 10> b = bytes();
+    std::array<std::byte*, 10> at;
     for (size_t i = 0; i < b.size(); ++i) {
       at[i] = slot;
       slot += b[i];
     }
-    return {reinterpret_cast<uint16_t*>(at[0]), reinterpret_cast<uint16_t*>(at[1]),
-            reinterpret_cast<uint16_t*>(at[2]), reinterpret_cast<float*>(at[3]),
-            reinterpret_cast<uint16_t*>(at[4]), reinterpret_cast<float*>(at[5]),
-            reinterpret_cast<float*>(at[6]),    reinterpret_cast<float*>(at[7]),
-            reinterpret_cast<uint8_t*>(at[8])};
+    return {reinterpret_cast<uint16_t*>(at[0]),
+            reinterpret_cast<uint16_t*>(at[1]),
+            reinterpret_cast<uint16_t*>(at[2]),
+            {reinterpret_cast<float*>(at[3]), reinterpret_cast<float*>(at[4])},
+            reinterpret_cast<uint16_t*>(at[5]),
+            reinterpret_cast<float*>(at[6]),
+            reinterpret_cast<float*>(at[7]),
+            reinterpret_cast<float*>(at[8]),
+            reinterpret_cast<uint8_t*>(at[9])};
   }
 };
 Sizes sizes_of(const AttentionGeometry& g) {
@@ -296,43 +302,58 @@ class AmxAttention final : public KernelInstance {
     std::fill_n(ws.row_sum, kTaskRows, 0.0f);
     std::fill_n(ws.row_nan, kTaskRows, uint8_t{0});
     const int64_t key_end = g_.causal ? std::min(g_.s, i0 + rows) : g_.s;
-    for (int64_t j0 = 0; j0 < key_end; j0 += kBlockKeys) {
+    const int64_t blocks = (key_end + kBlockKeys - 1) / kBlockKeys;
+    auto pairs_of = [&](int64_t block) {  // the block's key tile pairs
+      return round_up(std::min(kBlockKeys, key_end - block * kBlockKeys), kDepth) / kDepth;
+    };
+    for (int64_t pair = 0; pair < pairs_of(0); ++pair) score_pair(ws, ws.scores[0], 0, pair);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t j0 = block * kBlockKeys;
       const int64_t keys = std::min(kBlockKeys, key_end - j0);
       const int64_t keys_pad = round_up(keys, kDepth);
-      scores(ws, j0, keys_pad);
-      for (int64_t i = 0; i < rows; ++i) softmax_row(x, b, i0 + i, i, j0, keys, keys_pad, ws);
+      float* scores = ws.scores[block % 2];
+      // The next block's q k^T in AMX tiles, spread over this block's softmax rows: the AMX
+      // unit multiplies while the vector units take the softmax ([1, 12, 4096, 64] 65.7-66.9 ->
+      // 60.9-62.3 ms, 2048 keys 17.3 -> 16.4-16.8; docs/benchmarks.md 2026-12-05).
+      float* next = ws.scores[(block + 1) % 2];
+      const int64_t next_pairs = block + 1 < blocks ? pairs_of(block + 1) : 0;
+      int64_t issued = 0;
+      for (int64_t i = 0; i < rows; ++i) {
+        softmax_row(x, b, i0 + i, i, j0, keys, keys_pad, scores, ws);
+        for (; issued < next_pairs * (i + 1) / rows; ++issued)
+          score_pair(ws, next, j0 + kBlockKeys, issued);
+      }
       accumulate(ws, j0, keys_pad, rows > kTileRows ? 2 : 1);
     }
     for (int64_t i = 0; i < rows; ++i)
       write_row(ws, i, x.y + g_.out_offsets[b] + (i0 + i) * g_.out_row_stride);
   }
 
-  // ws.scores[32][keys_pad] = q k^T for keys [j0, j0 + keys_pad), unscaled.
-  KILN_TARGET_AMX void scores(const Workspace& ws, int64_t j0, int64_t keys_pad) const {
+  // scores[32][32 pair, + 32) = q k^T for keys j0 + [32 pair, + 32), unscaled.
+  KILN_TARGET_AMX void score_pair(const Workspace& ws, float* scores, int64_t j0,
+                                  int64_t pair) const {
     const int64_t e_tiles = sizes_.e_pad / kDepth;
     const int64_t q_stride = sizes_.e_pad * 2, s_stride = kBlockKeys * 4;
-    for (int64_t jt = 0; jt < keys_pad / kDepth; ++jt) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      const int64_t kt = (j0 + jt * kDepth) / kPairCols;
-      for (int64_t et = 0; et < e_tiles; ++et) {
-        _tile_loadd(4, ws.q + et * kDepth, q_stride);
-        _tile_loadd(5, ws.q + kTileRows * sizes_.e_pad + et * kDepth, q_stride);
-        _tile_loadd(6, ws.k + (kt * e_tiles + et) * kTileRows * kDepth, kTileBytes);
-        _tile_loadd(7, ws.k + ((kt + 1) * e_tiles + et) * kTileRows * kDepth, kTileBytes);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      float* s = ws.scores + jt * kDepth;
-      _tile_stored(0, s, s_stride);
-      _tile_stored(1, s + kPairCols, s_stride);
-      _tile_stored(2, s + kTileRows * kBlockKeys, s_stride);
-      _tile_stored(3, s + kTileRows * kBlockKeys + kPairCols, s_stride);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const int64_t kt = (j0 + pair * kDepth) / kPairCols;
+    for (int64_t et = 0; et < e_tiles; ++et) {
+      _tile_loadd(4, ws.q + et * kDepth, q_stride);
+      _tile_loadd(5, ws.q + kTileRows * sizes_.e_pad + et * kDepth, q_stride);
+      _tile_loadd(6, ws.k + (kt * e_tiles + et) * kTileRows * kDepth, kTileBytes);
+      _tile_loadd(7, ws.k + ((kt + 1) * e_tiles + et) * kTileRows * kDepth, kTileBytes);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
     }
+    float* s = scores + pair * kDepth;
+    _tile_stored(0, s, s_stride);
+    _tile_stored(1, s + kPairCols, s_stride);
+    _tile_stored(2, s + kTileRows * kBlockKeys, s_stride);
+    _tile_stored(3, s + kTileRows * kBlockKeys + kPairCols, s_stride);
   }
 
   // Row i of the task (query `query`) over keys [j0, j0 + keys): the row's running maximum and
@@ -342,11 +363,11 @@ class AmxAttention final : public KernelInstance {
   // of the raw scores and fold the scale into exp's argument (one FMA); the others first write
   // their scores scaled and masked (-inf where a key is not attended).
   KILN_TARGET_AMX void softmax_row(const Operands& x, int64_t b, int64_t query, int64_t i,
-                                   int64_t j0, int64_t keys, int64_t keys_pad,
+                                   int64_t j0, int64_t keys, int64_t keys_pad, float* scores,
                                    const Workspace& ws) const {
     using namespace avx512;
     constexpr float kInf = std::numeric_limits<float>::infinity();
-    float* s = ws.scores + i * kBlockKeys;
+    float* s = scores + i * kBlockKeys;
     uint16_t* p = ws.p + i * kBlockKeys;
     const int64_t attended = g_.causal ? std::clamp<int64_t>(query + 1 - j0, 0, keys) : keys;
     const float scale = static_cast<float>(g_.scale);
