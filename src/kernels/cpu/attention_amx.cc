@@ -297,7 +297,9 @@ class AmxAttention final : public KernelInstance {
       }
     }
     std::fill_n(ws.o, kTaskRows * ev_pad, 0.0f);
-    std::fill_n(ws.p, kTaskRows * kBlockKeys, uint16_t{0});  // rows past `rows` stay zero
+    // The tile products read all 32 rows of P: those past `rows` stay zero (the others are
+    // written whole for each key block).
+    std::fill_n(ws.p + rows * kBlockKeys, (kTaskRows - rows) * kBlockKeys, uint16_t{0});
     std::fill_n(ws.row_max, kTaskRows, -std::numeric_limits<float>::infinity());
     std::fill_n(ws.row_sum, kTaskRows, 0.0f);
     std::fill_n(ws.row_nan, kTaskRows, uint8_t{0});
