@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/float16.h"
 #include "ops_test_util.h"
 
@@ -1008,7 +1009,12 @@ TEST(OpsAttention, Bf16ProductKernelsMatchTheF32KernelWithinPsRounding) {
 // large enough that a later key block raises a row's maximum many times over (the rescaling of
 // the rows accumulated so far), grouped heads sharing one packed k and v. And what it declines.
 TEST(OpsAttention, FlashAmxMatchesTheF32KernelAcrossTilesAndKeyBlocks) {
-  if (!bf16_kernel_available("flash_amx")) GTEST_SKIP() << "no AMX here";
+  if (!bf16_kernel_available("flash_amx")) {
+    // Where it can't run, it says why (and the op falls to onednn or flash).
+    const std::string why = cpu::amx_bf16_unavailable_reason();
+    EXPECT_FALSE(why.empty());
+    GTEST_SKIP() << "flash_amx declines here: " << why;
+  }
   std::mt19937 rng(61);
   struct Case {
     int64_t heads, kv_heads, l, s, e, ev;
