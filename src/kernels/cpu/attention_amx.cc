@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/attention_rows_avx512.h"
 #include "kernels/cpu/float16.h"
 #include "kernels/cpu/vec_math_avx512.h"
 
@@ -155,7 +156,7 @@ class AmxAttention final : public KernelInstance {
     const Operands x{static_cast<const uint16_t*>(in[0]), static_cast<const uint16_t*>(in[1]),
                      static_cast<const uint16_t*>(in[2]),
                      g_.mask == AttentionMask::None ? nullptr : static_cast<const char*>(in[3]),
-                     static_cast<uint16_t*>(out[0])};
+                     static_cast<BFloat16*>(out[0])};
     const int64_t row_blocks = (g_.l + kTaskRows - 1) / kTaskRows;
     const int64_t tasks = g_.batch_count() * row_blocks;
     const int team = static_cast<int>(std::min<int64_t>(threads_, tasks));
@@ -173,7 +174,7 @@ class AmxAttention final : public KernelInstance {
   struct Operands {
     const uint16_t *q, *k, *v;
     const char* mask;
-    uint16_t* y;
+    BFloat16* y;
   };
 
   KILN_TARGET_AMX void run_tasks(const Operands& x, int64_t begin, int64_t end,
@@ -445,25 +446,11 @@ class AmxAttention final : public KernelInstance {
                               element;
     }
     const __m512 scale = splat(static_cast<float>(g_.scale));
-    const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
-    __m512 m = neg_inf;
+    __m512 m = splat(-std::numeric_limits<float>::infinity());
     __mmask16 nan = 0;
     for (int64_t j = 0; j < keys; j += 16) {
       const __mmask16 lanes = lanes_from(j, keys);
-      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, s + j), scale);
-      __mmask16 keep = lanes & lanes_from(j, attended);
-      if (g_.mask == AttentionMask::Additive) {
-        const auto* add = reinterpret_cast<const float*>(mask_row);
-        v = _mm512_add_ps(v, g_.mask_col_stride == 0 ? splat(add[0])
-                                                      : _mm512_maskz_loadu_ps(lanes, add + j));
-      } else if (g_.mask == AttentionMask::Bool) {
-        const auto* flags = reinterpret_cast<const uint8_t*>(mask_row);
-        const __m128i bytes = g_.mask_col_stride == 0
-                                  ? _mm_set1_epi8(static_cast<char>(flags[0]))
-                                  : _mm_maskz_loadu_epi8(lanes, flags + j);
-        keep &= _mm_test_epi8_mask(bytes, bytes);
-      }
-      v = _mm512_mask_blend_ps(keep, neg_inf, v);
+      const __m512 v = masked_scores(g_, s, mask_row, j, keys, lanes, attended, scale);
       nan |= _mm512_mask_cmp_ps_mask(lanes, v, v, _CMP_UNORD_Q);
       m = _mm512_mask_max_ps(m, lanes, m, v);
       _mm512_mask_storeu_ps(s + j, lanes, v);
@@ -511,22 +498,11 @@ class AmxAttention final : public KernelInstance {
       }
   }
 
-  // Output row i: its accumulated P v times 1 / (the sum of its weights), rounded once to bf16;
+  // Output row i: its accumulated P v divided by the sum of its weights, rounded once to bf16;
   // NaN for a NaN row, zeros for a row attending no key.
-  KILN_TARGET_AMX void write_row(const Workspace& ws, int64_t i, uint16_t* out) const {
-    const float sum = ws.row_sum[i];
-    if (ws.row_nan[i] || sum == 0) {
-      const float value = ws.row_nan[i] ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-      std::fill(out, out + g_.ev, to_bfloat16(value).bits);
-      return;
-    }
-    const __m512 by = avx512::splat(1.0f / sum);
-    const float* o = ws.o + i * sizes_.ev_pad;
-    for (int64_t c = 0; c < g_.ev; c += 16) {
-      const __m512 y = _mm512_mul_ps(_mm512_loadu_ps(o + c), by);
-      _mm256_mask_storeu_epi16(out + c, avx512::lanes_from(c, g_.ev),
-                               bf16_bits(y));
-    }
+  KILN_TARGET_AMX void write_row(const Workspace& ws, int64_t i, BFloat16* out) const {
+    const float sum = ws.row_nan[i] ? std::numeric_limits<float>::quiet_NaN() : ws.row_sum[i];
+    avx512::store_normalized_row(ws.o + i * sizes_.ev_pad, sum, g_.ev, out);
   }
 
   AttentionGeometry g_;

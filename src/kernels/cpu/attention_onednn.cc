@@ -20,6 +20,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cpu/attention_rows_avx512.h"
 #include "kernels/cpu/float16.h"
 #include "kernels/cpu/library_threads.h"
 #include "kernels/cpu/onednn_util.h"
@@ -141,18 +142,12 @@ memory::desc batch_desc(int64_t groups, int64_t group_stride, int64_t heads, int
                       {group_stride, head_stride, row_stride, col_stride});
 }
 
-// x rounded to the nearest bf16, ties to even, into p's lanes (x holds no NaN); returns the
-// rounded values (a bf16 is an f32's top half).
+// x rounded to the nearest bf16, ties to even, into p's lanes; returns the rounded values (a
+// bf16 is an f32's top half).
 KILN_TARGET_AVX512 __m512 store_weights(__m512 x, BFloat16* p, __mmask16 lanes) {
-  using avx512::kAllLanes;
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i odd = _mm512_maskz_and_epi32(kAllLanes, _mm512_maskz_srli_epi32(kAllLanes, bits, 16),
-                                             _mm512_set1_epi32(1));
-  const __m512i biased = _mm512_maskz_add_epi32(kAllLanes, bits, _mm512_set1_epi32(0x7FFF));
-  const __m512i top = _mm512_maskz_srli_epi32(
-      kAllLanes, _mm512_maskz_add_epi32(kAllLanes, biased, odd), 16);
+  const __m512i top = avx512::round_to_bf16(x);
   _mm512_mask_cvtepi32_storeu_epi16(p, lanes, top);
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, top, 16));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(avx512::kAllLanes, top, 16));
 }
 KILN_TARGET_AVX512 __m512 store_weights(__m512 x, float* p, __mmask16 lanes) {
   _mm512_mask_storeu_ps(p, lanes, x);
@@ -347,15 +342,16 @@ class OneDnnAttention final : public KernelInstance {
     parallel_chunks(rows, g_.ev, threads_, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t head = row / k.rows, i = k.r0 + row % k.rows;
-        normalize_row(weighted + row * g_.ev, sums[row],
-                      x.y + g_.out_offsets[b + static_cast<size_t>(head)] + i * g_.out_row_stride);
+        avx512::store_normalized_row(
+            weighted + row * g_.ev, sums[row], g_.ev,
+            x.y + g_.out_offsets[b + static_cast<size_t>(head)] + i * g_.out_row_stride);
       }
     });
   }
 
   // Row x of the scores: scaled, masked (-inf where a key is not attended), then its weights
   // exp(x - max) into p (bf16: rounded; the largest is 1, exactly; p may be x itself). Returns
-  // the sum of the stored weights, which normalize_row divides by: the result is then a
+  // the sum of the stored weights, which store_normalized_row divides by: the result is then a
   // weighted mean of v's rows whose weights sum to 1 however P rounded. As the reference: a row
   // attending no key gives zeros (sum 0), a NaN score makes the row NaN. Two passes over x, the
   // second recomputing the scaled and masked scores rather than storing them in the first.
@@ -365,18 +361,7 @@ class OneDnnAttention final : public KernelInstance {
     const __m512 scale = splat(static_cast<float>(g_.scale));
     const __m512 neg_inf = splat(-std::numeric_limits<float>::infinity());
     auto masked = [&](int64_t j, __mmask16 lanes) KILN_TARGET_AVX512 {
-      __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), scale);
-      __mmask16 keep = j + 16 <= attended ? lanes : lanes & avx512::lanes_from(j, attended);
-      if (g_.mask == AttentionMask::Additive) {
-        const auto* m = static_cast<const float*>(mask_row);
-        s = _mm512_add_ps(s, g_.mask_col_stride == 0 ? splat(m[0])
-                                                      : _mm512_maskz_loadu_ps(lanes, m + j));
-      } else if (g_.mask == AttentionMask::Bool) {
-        for (int64_t t = 0; t < 16 && j + t < n; ++t)
-          if (static_cast<const uint8_t*>(mask_row)[(j + t) * g_.mask_col_stride] == 0)
-            keep &= static_cast<__mmask16>(~(1u << t));
-      }
-      return keep == lanes ? s : _mm512_mask_blend_ps(keep, neg_inf, s);
+      return masked_scores(g_, x, mask_row, j, n, lanes, attended, scale);
     };
     __m512 max = neg_inf;
     __mmask16 nan = 0;
@@ -399,26 +384,6 @@ class OneDnnAttention final : public KernelInstance {
       sum = _mm512_mask_add_ps(sum, lanes, sum, store_weights(e, p + j, lanes));
     }
     return avx512::sum_lanes(sum);
-  }
-
-  // out = w / sum (bf16: w times 1 / sum, rounded once to bf16); zeros where sum is 0 (a row
-  // attending no key).
-  KILN_TARGET_AVX512 void normalize_row(const float* w, float sum, T* out) const {
-    if (std::isnan(sum)) {
-      std::fill(out, out + g_.ev, element(std::numeric_limits<float>::quiet_NaN()));
-      return;
-    }
-    if (sum == 0) {
-      std::fill(out, out + g_.ev, element(0.0f));
-      return;
-    }
-    const __m512 by = avx512::splat(std::is_same_v<T, float> ? sum : 1.0f / sum);
-    for (int64_t c = 0; c < g_.ev; c += 16) {
-      const __mmask16 lanes = avx512::lanes_from(c, g_.ev);
-      const __m512 row = _mm512_maskz_loadu_ps(lanes, w + c);
-      store_weights(std::is_same_v<T, float> ? _mm512_div_ps(row, by) : _mm512_mul_ps(row, by),
-                    out + c, lanes);
-    }
   }
 
   static T element(float value) {
