@@ -117,7 +117,7 @@ struct IsPair<std::pair<A, B>> : std::true_type {};
 // The output dtypes of a policy for an input dtype: Out<T>, or (T, i64) for (values, indices).
 template <typename Policy>
 std::vector<DType> output_dtypes(DType dtype) {
-  // bf16 (mean's), computed on a widened copy: f32's result types, f32 rounded to bf16.
+  // bf16 (kBf16Reductions): f32's result types, f32 rounded to bf16.
   if (dtype == DType::BF16) {
     std::vector<DType> types = output_dtypes<Policy>(DType::F32);
     std::replace(types.begin(), types.end(), DType::F32, DType::BF16);
@@ -268,8 +268,7 @@ struct Prod {
 };
 
 struct Mean {
-  // bf16: fold_bf16_casts_into_widening_kernels' form of a mean between casts (CNN heads).
-  static constexpr unsigned kDTypes = kFloats | bit(DType::BF16);
+  static constexpr unsigned kDTypes = kFloats;
   static constexpr bool kNeedsElements = false;
   template <typename T> using Out = T;
   template <typename T, typename Each>
@@ -539,6 +538,12 @@ struct ReductionOp {
   ReferenceFn reference;
 };
 
+// The ops with a vector kernel take bf16 too, in fold_bf16_casts_into_widening_kernels' form (the
+// builder computes bf16 in f32 between casts): the vector kernel widens each element as it reads
+// it and rounds its results, the reference computes f32 on a widened copy and rounds; either way
+// the bits of the f32 op between casts.
+constexpr unsigned kBf16Reductions = bit(DType::BF16);
+
 template <typename Policy>
 ReductionOp reduction(std::string_view name, DimStyle style = DimStyle::List,
                       std::optional<cpu::VectorReduction> vector = std::nullopt,
@@ -548,7 +553,7 @@ ReductionOp reduction(std::string_view name, DimStyle style = DimStyle::List,
           style,
           correction,
           vector,
-          Policy::kDTypes,
+          vector ? Policy::kDTypes | kBf16Reductions : Policy::kDTypes,
           Policy::kNeedsElements,
           IsPair<Sample>::value ? size_t{2} : size_t{1},
           &output_dtypes<Policy>,
@@ -637,7 +642,7 @@ KernelDef avx2_kernel(cpu::VectorReduction vector,
   return KernelDef{
       "avx2", "native",
       [extents](const KernelSpec& spec) {
-        // bf16 runs the f32 loop on a widened copy (create_reduction_kernel).
+        // bf16 runs the f32 loops, widening as they read.
         const DType dtype = spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype;
         std::string reason = cpu::avx2_f32_unsupported_reason(dtype);
         if (reason.empty() && !extents(spec))
@@ -646,12 +651,16 @@ KernelDef avx2_kernel(cpu::VectorReduction vector,
         return reason;
       },
       [vector, extents, correction](const KernelSpec& spec) {
-        return widening_bf16(spec, [&](const KernelSpec& spec) { return make_kernel([vector, e = *extents(spec), c = correction(spec),
-                            threads = spec.threads](std::span<const void* const> in,
-                                                    std::span<void* const> out) {
-          cpu::avx2::reduce(vector, static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
-                            e, c, threads);
-        }); });
+        auto run = [vector, e = *extents(spec), c = correction(spec),
+                    threads = spec.threads]<typename T>(const void* x, void* y) {
+          cpu::avx2::reduce(vector, static_cast<const T*>(x), static_cast<T*>(y), e, c, threads);
+        };
+        const bool bf16 = spec.inputs[0].dtype == DType::BF16;
+        return make_kernel([run, bf16](std::span<const void* const> in,
+                                       std::span<void* const> out) {
+          if (bf16) run.template operator()<cpu::BFloat16>(in[0], out[0]);
+          else run.template operator()<float>(in[0], out[0]);
+        });
       }};
 }
 #endif
@@ -693,7 +702,7 @@ size_t infer_line_dim(InferContext& ctx, unsigned dtypes) {
 }
 
 void infer_log_softmax(InferContext& ctx) {
-  infer_line_dim(ctx, LogSoftmax::kDTypes);
+  infer_line_dim(ctx, LogSoftmax::kDTypes | kBf16Reductions);
   ctx.set_output(0, ctx.input(0));
 }
 
@@ -739,7 +748,11 @@ void register_line_ops(OpRegistry& registry) {
       [](const KernelSpec&) { return 0.0; }));
 #endif
   log_softmax.kernels.push_back(reference_kernel(
-      [](const KernelSpec& spec) { return line_reference<LogSoftmax>(spec, {}); }));
+      [](const KernelSpec& spec) {
+        return widening_bf16(spec, [](const KernelSpec& spec) {
+          return line_reference<LogSoftmax>(spec, {});
+        });
+      }));
   registry.add(std::move(log_softmax));
 
   OpDef cumsum;

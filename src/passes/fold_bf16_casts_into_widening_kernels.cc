@@ -5,8 +5,9 @@
 //   %y = layer_norm(%x32 [, %w32 [, %b32]]) ; %z = to(%y) {dtype = bf16}
 //     →  %z = layer_norm(%x [, %w [, %b]])            (all bf16)
 // and the same for rms_norm(%x32 [, %w32]), max_pool2d(%x32), avg_pool2d(%x32),
-// adaptive_avg_pool2d(%x32), mean(%x32) (a CNN's global pooling, as AOTAutograd decomposes it)
-// and
+// adaptive_avg_pool2d(%x32), the float reductions with a vector kernel (mean, as AOTAutograd
+// decomposes a CNN's global pooling; sum, amax, amin, max, min, var, std, logsumexp,
+// log_softmax) and
 // scaled_dot_product_attention(%q32, %k32, %v32 [, %mask]) (the mask stays as it is: bool, or
 // f32 added to the f32 scores). Exact: the bf16 kernels give the bits of the casts (a maximum
 // is one of its window's values: rounding it changes nothing). The builder puts the casts
@@ -52,6 +53,15 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_widening_kernels() {
                             {"avg_pool2d", 1, 1, false},
                             {"adaptive_avg_pool2d", 1, 1, false},
                             {"mean", 1, 1, false},
+                            {"sum", 1, 1, false},
+                            {"amax", 1, 1, false},
+                            {"amin", 1, 1, false},
+                            {"max", 1, 1, false},
+                            {"min", 1, 1, false},
+                            {"var", 1, 1, false},
+                            {"std", 1, 1, false},
+                            {"logsumexp", 1, 1, false},
+                            {"log_softmax", 1, 1, false},
                             {"scaled_dot_product_attention", 3, 3, true}};
   std::vector<RewriteRule> rules;
   for (const WideningOp& w : ops) {

@@ -535,32 +535,49 @@ TEST(OpsReduction, Avx2ReductionsMatchReference) {
   }
 }
 
-// bf16 mean (fold_bf16_casts_into_widening_kernels' form of a CNN's global pooling between
-// casts): each kernel gives its f32 result on the widened input, rounded, the casts' bits.
-TEST(OpsReduction, Bf16MeanIsTheF32OneBetweenCasts) {
+// bf16 reductions (fold_bf16_casts_into_widening_kernels' form of an f32 reduction between casts:
+// a CNN's global pooling as a mean, a sum, a maximum, a variance, log_softmax): each kernel gives
+// its f32 result on the widened input, rounded, the casts' bits. The shapes take the vector
+// kernel's rows (with tails and split over the threads) and its strips of columns (full, and
+// with a partial last vector).
+TEST(OpsReduction, Bf16ReductionsAreTheF32OnesBetweenCasts) {
   std::mt19937 rng(13);
+  const std::vector<std::pair<Sizes, Ints>> cases = {
+      {{2, 19, 7, 7}, {-1, -2}}, {{3, 1001}, {1}},      {{5, 4, 3}, {0, 2}},
+      {{17}, {}},                {{3, 50, 37}, {1}},    {{2, 9, 16}, {1}},
+      {{1, 200003}, {}},         {{4, 3, 5}, {1}}};
   int avx2_runs = 0;
-  for (const auto& [sizes, dims] : std::vector<std::pair<Sizes, Ints>>{
-           {{2, 19, 7, 7}, {-1, -2}}, {{3, 1001}, {1}}, {{5, 4, 3}, {0, 2}}, {{17}, {}}}) {
-    SCOPED_TRACE(shape_string(sizes) + " over " + list_of(dims));
-    const auto [x, wide] = test::random_bf16_and_widened(sizes, rng);
-    const AttrMap attrs{{"dim", dims}, {"keepdim", true}};
-    Graph g;
-    const Node& node =
-        *g.add_uncast("mean", {g.add_input("x", type_of(DType::BF16, sizes))}, attrs)->producer();
-    ASSERT_EQ(node.output()->type().dtype, DType::BF16);
-    const Node& f32_node =
-        *g.add("mean", {g.add_input("w", type_of(DType::F32, sizes))}, attrs)->producer();
-    for (const std::string kernel : {"avx2", "reference"}) {
-      if (!test::has_kernel("mean", kernel) || !test::unsupported_reason(node, kernel).empty())
-        continue;
-      SCOPED_TRACE(kernel);
-      avx2_runs += kernel == "avx2";
-      EXPECT_TRUE(test::is_rounded_to_bf16(test::run_kernel(node, kernel, {x}, 2)[0],
-                                           test::run_kernel(f32_node, kernel, {wide})[0]));
+  for (const std::string op : {"mean", "sum", "amax", "amin", "max", "min", "var", "std",
+                               "logsumexp", "log_softmax"}) {
+    for (const auto& [sizes, dims] : cases) {
+      const bool line = op == "log_softmax";
+      if (line && dims.size() != 1) continue;
+      SCOPED_TRACE(op + " of " + shape_string(sizes) + " over " + list_of(dims));
+      const auto [x, wide] = test::random_bf16_and_widened(sizes, rng);
+      const AttrMap attrs = line ? AttrMap{{"dim", dims[0]}}
+                                 : AttrMap{{"dim", dims}, {"keepdim", true}};
+      Graph g;
+      const Node& node =
+          *g.add_uncast(op, {g.add_input("x", type_of(DType::BF16, sizes))}, attrs)->producer();
+      ASSERT_EQ(node.output()->type().dtype, DType::BF16);
+      const Node& f32_node =
+          *g.add(op, {g.add_input("w", type_of(DType::F32, sizes))}, attrs)->producer();
+      for (const std::string kernel : {"avx2", "reference"}) {
+        if (!test::has_kernel(op, kernel) || !test::unsupported_reason(node, kernel).empty())
+          continue;
+        SCOPED_TRACE(kernel);
+        avx2_runs += kernel == "avx2";
+        for (int threads : {1, 2}) {
+          EXPECT_TRUE(test::is_rounded_to_bf16(test::run_kernel(node, kernel, {x}, threads)[0],
+                                               test::run_kernel(f32_node, kernel, {wide})[0]));
+        }
+      }
     }
   }
-  if (avx2_available()) EXPECT_EQ(avx2_runs, 3);  // all but the non-adjacent dims
+  // All but the non-adjacent dims, each op.
+  if (avx2_available()) {
+    EXPECT_EQ(avx2_runs, 9 * 7 + 4);
+  }
 }
 
 TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {

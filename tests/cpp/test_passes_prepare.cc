@@ -180,9 +180,10 @@ graph @g {
 })");
 }
 
-// A bf16 model's layer and RMS norms, poolings and attention likewise read and write bf16
-// themselves (on every CPU), with each count of operands, when the f32 result is only rounded
-// back (attention's mask staying as it is); one whose f32 result has another use keeps its casts.
+// A bf16 model's layer and RMS norms, poolings, reductions and attention likewise read and write
+// bf16 themselves (on every CPU), with each count of operands, when the f32 result is only
+// rounded back (attention's mask staying as it is); one whose f32 result has another use keeps
+// its casts.
 TEST(FoldBf16CastsIntoWideningKernels, OpsBetweenCastsReadAndWriteBf16) {
   auto pass = make_fold_bf16_casts_into_widening_kernels();
   expect_rewrite(*pass, R"(
@@ -217,12 +218,19 @@ graph @g {
   %gp16 = to(%gp) {dtype = "bf16"}
   %mn = mean(%p32) {dim = [-1, -2], keepdim = true}
   %mn16 = to(%mn) {dtype = "bf16"}
+  %sum = sum(%p32) {dim = [1]}
+  %sum16 = to(%sum) {dtype = "bf16"}
+  %va = var(%p32) {dim = [-1], correction = 0}
+  %va16 = to(%va) {dtype = "bf16"}
+  %ls = log_softmax(%p32) {dim = -1}
+  %ls16 = to(%ls) {dtype = "bf16"}
   %a32 = to(%a) {dtype = "f32"}
   %s = scaled_dot_product_attention(%a32, %a32, %a32)
   %s16 = to(%s) {dtype = "bf16"}
   %sm = scaled_dot_product_attention(%a32, %a32, %a32, %mask) {is_causal = true}
   %sm16 = to(%sm) {dtype = "bf16"}
-  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %ap16, %gp16, %mn16, %s16, %sm16
+  output %y16, %u16, %v16, %t16, %t, %r16, %q16, %m16, %ap16, %gp16, %mn16, %sum16, %va16, %ls16,
+         %s16, %sm16
 })",
                  R"(
 graph @g {
@@ -244,10 +252,13 @@ graph @g {
   %ap16_1 : bf16[1, 2, 2, 2] = avg_pool2d(%p) {kernel_size = [2]}
   %gp16_1 : bf16[1, 2, 1, 1] = adaptive_avg_pool2d(%p) {output_size = [1, 1]}
   %mn16_1 : bf16[1, 2, 1, 1] = mean(%p) {dim = [-1, -2], keepdim = true}
+  %sum16_1 : bf16[1, 4, 4] = sum(%p) {dim = [1]}
+  %va16_1 : bf16[1, 2, 4] = var(%p) {dim = [-1], correction = 0.0}
+  %ls16_1 : bf16[1, 2, 4, 4] = log_softmax(%p) {dim = -1}
   %s16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a)
   %sm16_1 : bf16[2, 4, 8] = scaled_dot_product_attention(%a, %a, %a, %mask) {is_causal = true}
   output %y16_1, %u16_1, %v16_1, %t16, %t, %r16_1, %q16_1, %m16_1, %ap16_1, %gp16_1,
-         %mn16_1, %s16_1, %sm16_1
+         %mn16_1, %sum16_1, %va16_1, %ls16_1, %s16_1, %sm16_1
 })");
 }
 

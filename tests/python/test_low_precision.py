@@ -312,6 +312,27 @@ def test_bf16_adaptive_average_pooling_reads_and_writes_bf16(size, op, tmp_path)
     check_model(head, x, factor=2)
 
 
+# bf16 reductions read and write bf16 too (fold_bf16_casts_into_widening_kernels, every CPU; the
+# vector kernel widens each element as it reads it): no cast is left in the graph, each result is
+# Kiln's f32 result rounded once (the bits the casts gave), within half a ULP of float64's plus
+# f32's own error.
+@pytest.mark.parametrize("op", ["sum", "amax", "var", "logsumexp", "log_softmax"])
+def test_bf16_reductions_read_and_write_bf16(op, tmp_path):
+    torch.manual_seed(9)
+    fn = {"sum": lambda x: x.sum(-1), "amax": lambda x: x.amax((1, 2)),
+          "var": lambda x: x.var(1), "logsumexp": lambda x: x.logsumexp(-1),
+          "log_softmax": lambda x: F.log_softmax(x, 1)}[op]
+    x = torch.randn(4, 37, 50).to(torch.bfloat16)
+    got, text = compile_and_dump(fn, (x,), tmp_path, "plan")
+    [node] = [line for line in text.splitlines() if f"= {op}(" in line]
+    assert " : bf16[" in node, text
+    assert "= to(" not in text, text
+    with torch.no_grad():
+        f32 = torch.compile(fn, backend="kiln", fullgraph=True, options=NO_FALLBACK)(x.float())
+    assert torch.equal(got, f32.to(torch.bfloat16))
+    check_op(Apply(fn), x)
+
+
 # bf16 attention reads and writes bf16 too (fold_bf16_casts_into_widening_kernels, every CPU),
 # with each kind of mask: an additive bf16 mask is widened and added to the f32 scores; also with
 # grouped-query attention (6 query heads, 2 of k and v).

@@ -7,15 +7,19 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/vec_math_avx2.h"
 #include "kiln/error.h"
 
 // One pass = one accumulator policy (the Acc structs) run over one item (a Row, or a Strip of
 // adjacent columns) by the same blocked pairwise driver; each op is a short recipe of passes
-// (reduce_item). Every function that touches vector values carries KILN_TARGET_AVX2.
+// (reduce_item). Items of bf16 widen each vector as they load it and round results as they
+// store them, so the passes see f32 either way. Every function that touches vector values
+// carries KILN_TARGET_AVX2.
 namespace kiln::cpu::avx2 {
 
 namespace {
@@ -47,6 +51,39 @@ KILN_AVX2_INLINE __m256 from_doubles(const double* lanes) {
 KILN_AVX2_INLINE void store_doubles(__m256 v, double* lanes) {
   _mm256_storeu_pd(lanes, low_half(v));
   _mm256_storeu_pd(lanes + 4, high_half(v));
+}
+
+// 8 elements at p as f32; the first `count` (1..7) of them with the other lanes 0 (`mask` is
+// tail_mask(count); `read_back`: the 8 - count elements before p may be read); and the same ways
+// of storing. bf16 is widened exactly and rounded to nearest even (bf16_avx2.h).
+KILN_AVX2_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+KILN_AVX2_INLINE __m256 load8(const BFloat16* p) { return load_bf16(p); }
+KILN_AVX2_INLINE __m256 load_part(const float* p, int64_t, __m256i mask, bool) {
+  return _mm256_maskload_ps(p, mask);
+}
+// AVX2 has no 16-bit masked load: the 8 elements ending at p + count moved down count lanes
+// (a short row's tail is copied instead, which takes a call to memcpy).
+KILN_AVX2_INLINE __m256 load_part(const BFloat16* p, int64_t count, __m256i mask,
+                                  bool read_back) {
+  if (!read_back) return load_bf16_tail(p, count);
+  const __m256i from = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                        _mm256_set1_epi32(static_cast<int>(8 - count)));
+  return _mm256_and_ps(_mm256_permutevar8x32_ps(load_bf16(p + count - 8), from),
+                       _mm256_castsi256_ps(mask));
+}
+KILN_AVX2_INLINE void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+KILN_AVX2_INLINE void store8(BFloat16* p, __m256 v) { store_bf16(p, v); }
+KILN_AVX2_INLINE void store_part(float* p, int64_t, __m256i mask, __m256 v) {
+  _mm256_maskstore_ps(p, mask, v);
+}
+KILN_AVX2_INLINE void store_part(BFloat16* p, int64_t count, __m256i, __m256 v) {
+  store_bf16_tail(p, count, v);
+}
+// A result as the element type: bf16 rounded from the f32 result, as an f32 kernel's output cast.
+template <typename T>
+T element_of(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return to_bfloat16(v);
 }
 
 // exp(x - shift) with the rounding error of the subtraction carried into exp (TwoSum): x - shift
@@ -241,24 +278,25 @@ constexpr int64_t kStripWidth = 32;  // columns of a strip: 4 vectors
 
 // One block of a row: vector v goes to accumulator v % 4 (independent chains), a partial last
 // vector masked.
-template <class Acc>
-KILN_AVX2_INLINE Acc row_block(const float* x, int64_t count, const typename Acc::Param& p) {
+template <class Acc, typename T>
+KILN_AVX2_INLINE Acc row_block(const T* x, int64_t count, const typename Acc::Param& p) {
   Acc a0 = Acc::zero(), a1 = Acc::zero(), a2 = Acc::zero(), a3 = Acc::zero();
   const __m256 all = all_lanes();
   int64_t i = 0;
   for (; i + 32 <= count; i += 32) {
-    a0.template add<false>(_mm256_loadu_ps(x + i), all, p);
-    a1.template add<false>(_mm256_loadu_ps(x + i + 8), all, p);
-    a2.template add<false>(_mm256_loadu_ps(x + i + 16), all, p);
-    a3.template add<false>(_mm256_loadu_ps(x + i + 24), all, p);
+    a0.template add<false>(load8(x + i), all, p);
+    a1.template add<false>(load8(x + i + 8), all, p);
+    a2.template add<false>(load8(x + i + 16), all, p);
+    a3.template add<false>(load8(x + i + 24), all, p);
   }
   auto rest = [&](Acc& acc) KILN_TARGET_AVX2 {
     if (i >= count) return;
     if (count - i >= 8) {
-      acc.template add<false>(_mm256_loadu_ps(x + i), all, p);
+      acc.template add<false>(load8(x + i), all, p);
     } else {
       const __m256i mask = tail_mask(count - i);
-      acc.template add<true>(_mm256_maskload_ps(x + i, mask), _mm256_castsi256_ps(mask), p);
+      acc.template add<true>(load_part(x + i, count - i, mask, count >= 8),
+                             _mm256_castsi256_ps(mask), p);
     }
     i += 8;
   };
@@ -270,11 +308,13 @@ KILN_AVX2_INLINE Acc row_block(const float* x, int64_t count, const typename Acc
 }
 
 // n contiguous elements reduced to one result.
+template <typename T>
 struct Row {
+  using Element = T;
   static constexpr int kVectors = 1;
   static constexpr int64_t kStepElements = 1;  // elements per step of n
   static constexpr int64_t kBlockElements = kRowBlock;
-  const float* x;
+  const T* x;
   int64_t n;
 
   int64_t blocks() const { return (n + kRowBlock - 1) / kRowBlock; }
@@ -302,38 +342,40 @@ struct Row {
     out[0] = m(m(m(l[0], l[1]), m(l[2], l[3])), m(m(l[4], l[5]), m(l[6], l[7])));
   }
   // y[i] = x[i] - c[0], in f64 and rounded once, over elements [begin, end).
-  KILN_TARGET_AVX2 void subtract(const double* c, float* y, int64_t begin, int64_t end) const {
+  KILN_TARGET_AVX2 void subtract(const double* c, T* y, int64_t begin, int64_t end) const {
     const __m256d shift = _mm256_set1_pd(c[0]);
     auto shifted = [&](__m256 v) KILN_TARGET_AVX2 {
       return _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(high_half(v), shift)),
                              _mm256_cvtpd_ps(_mm256_sub_pd(low_half(v), shift)));
     };
     int64_t i = begin;
-    for (; i + 8 <= end; i += 8) _mm256_storeu_ps(y + i, shifted(_mm256_loadu_ps(x + i)));
+    for (; i + 8 <= end; i += 8) store8(y + i, shifted(load8(x + i)));
     if (i < end) {
       const __m256i mask = tail_mask(end - i);
-      _mm256_maskstore_ps(y + i, mask, shifted(_mm256_maskload_ps(x + i, mask)));
+      store_part(y + i, end - i, mask, shifted(load_part(x + i, end - i, mask, end >= 8)));
     }
   }
 };
 
 // `width` (1..32) adjacent columns, V = ceil(width / 8) vectors, each of n steps `stride` apart;
 // the last vector masked when kMaskLast. Lanes never mix: each is one result.
-template <int V, bool kMaskLast>
+template <int V, bool kMaskLast, typename T>
 struct Strip {
+  using Element = T;
   static constexpr int kVectors = V;
   static constexpr int64_t kStepElements = 8 * V;
   static constexpr int64_t kBlockElements = kStripBlock * kStepElements;
-  const float* x;
+  const T* x;
   int64_t n, stride, width;
 
   int64_t blocks() const { return (n + kStripBlock - 1) / kStripBlock; }
   int lanes() const { return static_cast<int>(width); }
 
-  KILN_AVX2_INLINE __m256i last_mask() const { return tail_mask(width - 8 * (V - 1)); }
-  KILN_AVX2_INLINE __m256 load(const float* p, int j, __m256i mask) const {
-    return kMaskLast && j == V - 1 ? _mm256_maskload_ps(p + 8 * j, mask)
-                                   : _mm256_loadu_ps(p + 8 * j);
+  int64_t last_width() const { return width - 8 * (V - 1); }
+  KILN_AVX2_INLINE __m256i last_mask() const { return tail_mask(last_width()); }
+  KILN_AVX2_INLINE __m256 load(const T* p, int j, __m256i mask) const {
+    return kMaskLast && j == V - 1 ? load_part(p + 8 * j, last_width(), mask, V > 1)
+                                   : load8(p + 8 * j);
   }
 
   // Inlined as Row's (with V = 1 they return one vector).
@@ -352,7 +394,7 @@ struct Strip {
     const __m256i mask = last_mask();
     const __m256 all = all_lanes();
     const int64_t steps = std::min(kStripBlock, n - b * kStripBlock);
-    const float* row = x + b * kStripBlock * stride;
+    const T* row = x + b * kStripBlock * stride;
     for (int64_t k = 0; k < steps; ++k, row += stride)
       for (int j = 0; j < V; ++j) a[j].template add<false>(load(row, j, mask), all, p[j]);
     return a;
@@ -362,7 +404,7 @@ struct Strip {
     for (int j = 0; j < V; ++j) partial[j].store(out + 8 * j);
   }
   // y[k, c] = x[k, c] - lane c's shift, in f64 and rounded once, for steps [begin, end).
-  KILN_TARGET_AVX2 void subtract(const double* c, float* y, int64_t begin, int64_t end) const {
+  KILN_TARGET_AVX2 void subtract(const double* c, T* y, int64_t begin, int64_t end) const {
     const __m256i mask = last_mask();
     for (int64_t k = begin; k < end; ++k) {
       for (int j = 0; j < V; ++j) {
@@ -370,9 +412,9 @@ struct Strip {
         const __m256 r = _mm256_set_m128(
             _mm256_cvtpd_ps(_mm256_sub_pd(high_half(v), _mm256_loadu_pd(c + 8 * j + 4))),
             _mm256_cvtpd_ps(_mm256_sub_pd(low_half(v), _mm256_loadu_pd(c + 8 * j))));
-        float* out = y + k * stride + 8 * j;
-        if (kMaskLast && j == V - 1) _mm256_maskstore_ps(out, mask, r);
-        else _mm256_storeu_ps(out, r);
+        T* out = y + k * stride + 8 * j;
+        if (kMaskLast && j == V - 1) store_part(out, last_width(), mask, r);
+        else store8(out, r);
       }
     }
   }
@@ -423,13 +465,14 @@ KILN_TARGET_AVX2 void reduce_lanes(const Item& item, const double* lane_params, 
 // The recipe of each op over one item: y is its first result (a reduction) or its first element
 // (log_softmax, which has x's layout).
 template <class Item>
-KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item, float* y,
-                                  double correction, int split) {
+KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item,
+                                  typename Item::Element* y, double correction, int split) {
   double a[kStripWidth], b[kStripWidth];
   const int lanes = item.lanes();
   const double n = static_cast<double>(item.n);
   auto store = [&](auto value) {
-    for (int l = 0; l < lanes; ++l) y[l] = static_cast<float>(value(l));
+    for (int l = 0; l < lanes; ++l)
+      y[l] = element_of<typename Item::Element>(static_cast<float>(value(l)));
   };
   switch (op) {
     case VectorReduction::Sum:
@@ -473,11 +516,12 @@ KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item, float* y
   }
 }
 
-void reduce_strip(VectorReduction op, const float* x, float* y, int64_t n, int64_t stride,
-                  int64_t width, double correction, int split) {
+template <typename T>
+void reduce_strip(VectorReduction op, const T* x, T* y, int64_t n, int64_t stride, int64_t width,
+                  double correction, int split) {
   auto run = [&]<int V>() {
-    if (width % 8) reduce_item(op, Strip<V, true>{x, n, stride, width}, y, correction, split);
-    else reduce_item(op, Strip<V, false>{x, n, stride, width}, y, correction, split);
+    if (width % 8) reduce_item(op, Strip<V, true, T>{x, n, stride, width}, y, correction, split);
+    else reduce_item(op, Strip<V, false, T>{x, n, stride, width}, y, correction, split);
   };
   switch ((width + 7) / 8) {
     case 1: return run.template operator()<1>();
@@ -520,7 +564,8 @@ KILN_TARGET_AVX2 void fold_append(void* state, const void* run) {
 template <class Acc>
 KILN_TARGET_AVX2 double fold_total(const void* state) {
   double out = 0;
-  Row{nullptr, 0}.template results<Acc>(static_cast<const RowTree<Acc>*>(state)->total(), &out);
+  Row<float>{nullptr, 0}.template results<Acc>(
+      static_cast<const RowTree<Acc>*>(state)->total(), &out);
   return out;
 }
 
@@ -572,14 +617,17 @@ float RowFold::result(int64_t n) const {
   }
 }
 
-void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
-            int threads) {
+namespace {
+
+template <typename T>
+void reduce_elements(VectorReduction op, const T* x, T* y, ReduceExtents e, double correction,
+                     int threads) {
   if (e.outer <= 0 || e.inner <= 0) return;
   // log_softmax writes x's layout, the reductions one value per (outer, inner).
   const int64_t out_step = op == VectorReduction::LogSoftmax ? e.n : 1;
   if (e.inner == 1) {
     for_items(e.outer, e.n, threads, [&](int64_t r, int split) {
-      reduce_item(op, Row{x + r * e.n, e.n}, y + r * out_step, correction, split);
+      reduce_item(op, Row<T>{x + r * e.n, e.n}, y + r * out_step, correction, split);
     });
     return;
   }
@@ -591,6 +639,18 @@ void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, doubl
                            y + o * out_step * e.inner + column, e.n, e.inner,
                            std::min(kStripWidth, e.inner - column), correction, split);
             });
+}
+
+}  // namespace
+
+void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
+            int threads) {
+  reduce_elements(op, x, y, e, correction, threads);
+}
+
+void reduce(VectorReduction op, const BFloat16* x, BFloat16* y, ReduceExtents e,
+            double correction, int threads) {
+  reduce_elements(op, x, y, e, correction, threads);
 }
 
 }  // namespace kiln::cpu::avx2

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/float16.h"
 
 namespace kiln::cpu {
 
@@ -37,6 +38,10 @@ namespace avx2 {
 // amax and amin need n >= 1.
 void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
             int threads);
+// The same on bf16 x and y: each element widened to f32 as it is read, each result rounded from
+// the f32 one (the f32 kernel's bits between casts, without the widened copy).
+void reduce(VectorReduction op, const BFloat16* x, BFloat16* y, ReduceExtents e,
+            double correction, int threads);
 
 // Folds one row block by block exactly as reduce() folds a row in memory (x as [1, n, 1]), for
 // kernels that compute the row's elements a block at a time instead of writing the row out
