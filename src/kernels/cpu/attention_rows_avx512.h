@@ -46,7 +46,7 @@ KILN_TARGET_AVX512 inline __m512 masked_scores(const AttentionGeometry& g, const
       std::memcpy(tail, flags + j, static_cast<size_t>(n - j));
       bytes = _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
     }
-    const __m512i flags32 = _mm512_cvtepu8_epi32(bytes);
+    const __m512i flags32 = _mm512_maskz_cvtepu8_epi32(kAllLanes, bytes);
     keep &= _mm512_test_epi32_mask(flags32, flags32);
   }
   return keep == lanes ? v
