@@ -19,6 +19,7 @@
 #include "kernels/cpu/float16.h"
 #include "kernels/cpu/normalization_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
+#include "kernels/cpu/widened_bf16.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -34,11 +35,6 @@ void check_floating(InferContext& ctx, DType dtype) {
                 "; insert a cast");
 }
 
-#ifdef KILN_X86
-std::string avx2_unsupported_reason(const KernelSpec& spec) {
-  return cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
-}
-#endif
 
 // x viewed as [outer, n, inner] around a dim or a split point.
 struct Extents {
@@ -65,7 +61,7 @@ Extents softmax_extents(const KernelSpec& spec) {
 
 void infer_softmax(InferContext& ctx) {
   const TensorType& x = ctx.input(0);
-  check_floating(ctx, x.dtype);
+  if (x.dtype != DType::BF16) check_floating(ctx, x.dtype);
   // A 0-d x is one line of one element, as PyTorch takes it (axis 0 or -1).
   const int64_t rank = std::max<int64_t>(static_cast<int64_t>(x.rank()), 1);
   const int64_t axis = ctx.attr_int("axis");
@@ -105,29 +101,44 @@ std::unique_ptr<KernelInstance> softmax_reference(const KernelSpec& spec) {
   });
 }
 
+// bf16 (fold_bf16_casts_into_widening_kernels' form of a softmax between casts): the f32
+// reference on a widened copy, rounded.
+std::unique_ptr<KernelInstance> softmax_reference_bf16(const KernelSpec& spec) {
+  return cpu::create_widened_bf16(spec, softmax_reference<float>);
+}
+
 #ifdef KILN_X86
-std::unique_ptr<KernelInstance> softmax_avx2(const KernelSpec& spec) {
-  return make_kernel([e = softmax_extents(spec), threads = spec.threads](
-                         std::span<const void* const> in, std::span<void* const> out) {
-    const float* x = static_cast<const float*>(in[0]);
-    float* y = static_cast<float*>(out[0]);
-    if (e.inner == 1) {
-      cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
-        cpu::avx2::softmax_rows(x + begin * e.n, y + begin * e.n, end - begin, e.n);
-      });
-      return;
-    }
-    // Blocks of 8 adjacent columns of the inner dim, each [n, inner] slab strided by inner.
-    const int64_t blocks = (e.inner + 7) / 8;
-    cpu::parallel_chunks(e.outer * blocks, 8 * e.n, threads, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        int64_t column = (b % blocks) * 8;
-        int64_t offset = (b / blocks) * e.n * e.inner + column;
-        cpu::avx2::softmax_columns(x + offset, y + offset, e.n, e.inner,
-                                   std::min<int64_t>(8, e.inner - column));
+// The avx2 kernel (rows, or blocks of 8 columns) or the avx512 one (rows), in x's dtype.
+template <bool kAvx512>
+std::unique_ptr<KernelInstance> softmax_vectorized(const KernelSpec& spec) {
+  auto make = [&]<typename T>() {
+    return make_kernel([e = softmax_extents(spec), threads = spec.threads](
+                           std::span<const void* const> in, std::span<void* const> out) {
+      const T* x = static_cast<const T*>(in[0]);
+      T* y = static_cast<T*>(out[0]);
+      if (e.inner == 1) {
+        cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+          if constexpr (kAvx512)
+            cpu::avx512::softmax_rows(x + begin * e.n, y + begin * e.n, end - begin, e.n);
+          else
+            cpu::avx2::softmax_rows(x + begin * e.n, y + begin * e.n, end - begin, e.n);
+        });
+        return;
       }
+      // Blocks of 8 adjacent columns of the inner dim, each [n, inner] slab strided by inner.
+      const int64_t blocks = (e.inner + 7) / 8;
+      cpu::parallel_chunks(e.outer * blocks, 8 * e.n, threads, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          int64_t column = (b % blocks) * 8;
+          int64_t offset = (b / blocks) * e.n * e.inner + column;
+          cpu::avx2::softmax_columns(x + offset, y + offset, e.n, e.inner,
+                                     std::min<int64_t>(8, e.inner - column));
+        }
+      });
     });
-  });
+  };
+  return spec.inputs[0].dtype == DType::BF16 ? make.template operator()<cpu::BFloat16>()
+                                             : make.template operator()<float>();
 }
 #endif
 
@@ -246,14 +257,21 @@ std::unique_ptr<KernelInstance> layer_norm_vectorized(const KernelSpec& spec) {
   return spec.inputs[0].dtype == DType::BF16 ? rows_kernel(kBf16) : rows_kernel(kF32);
 }
 
-std::string layer_norm_avx2_unsupported_reason(const KernelSpec& spec) {
+// The vectorized softmax and layer norm kernels take f32 and bf16.
+std::string avx2_unsupported_reason(const KernelSpec& spec) {
   return cpu::avx2_f32_unsupported_reason(
       spec.inputs[0].dtype == DType::BF16 ? DType::F32 : spec.inputs[0].dtype);
 }
 
-std::string layer_norm_avx512_unsupported_reason(const KernelSpec& spec) {
+std::string avx512_unsupported_reason(const KernelSpec& spec) {
   if (std::string why = cpu::isa_unavailable_reason(cpu::Isa::Avx512); !why.empty()) return why;
-  return layer_norm_avx2_unsupported_reason(spec);
+  return avx2_unsupported_reason(spec);
+}
+
+std::string softmax_avx512_unsupported_reason(const KernelSpec& spec) {
+  if (softmax_extents(spec).inner != 1)
+    return "softmax over an axis that isn't the last (columns): the avx2 kernel takes them";
+  return avx512_unsupported_reason(spec);
 }
 #endif
 
@@ -277,10 +295,14 @@ void register_normalization_ops(OpRegistry& registry) {
   softmax.infer = infer_softmax;
   softmax.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
-  softmax.kernels.push_back({"avx2", "native", avx2_unsupported_reason, softmax_avx2});
+  softmax.kernels.push_back({"avx512", "native", softmax_avx512_unsupported_reason,
+                             softmax_vectorized<true>});
+  softmax.kernels.push_back({"avx2", "native", avx2_unsupported_reason, softmax_vectorized<false>});
 #endif
-  softmax.kernels.push_back(reference_kernel(
-      [](auto t, const KernelSpec& spec) { return softmax_reference<decltype(t)>(spec); }));
+  softmax.kernels.push_back(reference_kernel([](auto t, const KernelSpec& spec) {
+    return spec.inputs[0].dtype == DType::BF16 ? softmax_reference_bf16(spec)
+                                               : softmax_reference<decltype(t)>(spec);
+  }));
   for (KernelDef& k : softmax.kernels) k.in_place_inputs = {0};  // row read before written
   registry.add(std::move(softmax));
 
@@ -293,9 +315,9 @@ void register_normalization_ops(OpRegistry& registry) {
   layer_norm.low_precision_keeps_input_dtype = true;
 #ifdef KILN_X86
   layer_norm.kernels.push_back(
-      {"avx512", "native", layer_norm_avx512_unsupported_reason,
+      {"avx512", "native", avx512_unsupported_reason,
        layer_norm_vectorized<cpu::avx512::layer_norm, cpu::avx512::layer_norm>});
-  layer_norm.kernels.push_back({"avx2", "native", layer_norm_avx2_unsupported_reason,
+  layer_norm.kernels.push_back({"avx2", "native", avx2_unsupported_reason,
                                 layer_norm_vectorized<cpu::avx2::layer_norm, cpu::avx2::layer_norm>});
 #endif
   layer_norm.kernels.push_back(KernelDef{

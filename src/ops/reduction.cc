@@ -35,9 +35,10 @@
 #include <utility>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/widened_bf16.h"
+#include "kernels/cpu/normalization_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/reduction_avx2.h"
+#include "kernels/cpu/widened_bf16.h"
 #include "ops/op_registry.h"
 
 namespace kiln {
@@ -739,6 +740,35 @@ void register_line_ops(OpRegistry& registry) {
   log_softmax.infer = infer_log_softmax;
   log_softmax.computes_low_precision_in_f32 = true;
 #ifdef KILN_X86
+  log_softmax.kernels.push_back(
+      {"avx512", "native",
+       [](const KernelSpec& spec) -> std::string {
+         if (std::string why = cpu::isa_unavailable_reason(cpu::Isa::Avx512); !why.empty())
+           return why;
+         if (spec.inputs[0].dtype != DType::F32 && spec.inputs[0].dtype != DType::BF16)
+           return "takes f32 and bf16";
+         const std::vector<int64_t> sizes = spec.input_sizes(0);
+         if (line_extents(sizes, resolve_dim(spec.node.attr_int("dim"), sizes.size())).inner != 1)
+           return "log_softmax over a dim that isn't the last: the avx2 kernel takes it";
+         return "";
+       },
+       [](const KernelSpec& spec) {
+         const std::vector<int64_t> sizes = spec.input_sizes(0);
+         const cpu::ReduceExtents e =
+             line_extents(sizes, resolve_dim(spec.node.attr_int("dim"), sizes.size()));
+         auto rows = [e, threads = spec.threads]<typename T>(const void* in, void* out) {
+           cpu::parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+             cpu::avx512::log_softmax_rows(static_cast<const T*>(in) + begin * e.n,
+                                           static_cast<T*>(out) + begin * e.n, end - begin, e.n);
+           });
+         };
+         const bool bf16 = spec.inputs[0].dtype == DType::BF16;
+         return make_kernel([rows, bf16](std::span<const void* const> in,
+                                         std::span<void* const> out) {
+           if (bf16) rows.template operator()<cpu::BFloat16>(in[0], out[0]);
+           else rows.template operator()<float>(in[0], out[0]);
+         });
+       }});
   log_softmax.kernels.push_back(avx2_kernel(
       cpu::VectorReduction::LogSoftmax,
       [](const KernelSpec& spec) -> std::optional<cpu::ReduceExtents> {

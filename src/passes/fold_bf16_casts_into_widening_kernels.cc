@@ -7,7 +7,7 @@
 // and the same for rms_norm(%x32 [, %w32]), max_pool2d(%x32), avg_pool2d(%x32),
 // adaptive_avg_pool2d(%x32), the float reductions with a vector kernel (mean, as AOTAutograd
 // decomposes a CNN's global pooling; sum, amax, amin, max, min, var, std, logsumexp,
-// log_softmax) and
+// log_softmax), softmax and
 // scaled_dot_product_attention(%q32, %k32, %v32 [, %mask]) (the mask stays as it is: bool, or
 // f32 added to the f32 scores). Exact: the bf16 kernels give the bits of the casts (a maximum
 // is one of its window's values: rounding it changes nothing). The builder puts the casts
@@ -62,6 +62,7 @@ std::unique_ptr<Pass> make_fold_bf16_casts_into_widening_kernels() {
                             {"std", 1, 1, false},
                             {"logsumexp", 1, 1, false},
                             {"log_softmax", 1, 1, false},
+                            {"softmax", 1, 1, false},
                             {"scaled_dot_product_attention", 3, 3, true}};
   std::vector<RewriteRule> rules;
   for (const WideningOp& w : ops) {

@@ -1,5 +1,6 @@
 // softmax and layer_norm: type inference, the reference kernels against hand-computed values,
 // and the AVX2 and AVX-512 kernels against the reference kernels.
+#include <bit>
 #include <cmath>
 
 #include "ops_test_util.h"
@@ -13,7 +14,7 @@ using test::type_of;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Largest ULP errors of the AVX2 kernels against the reference (listed in docs/ops.md).
+// Largest ULP errors of the vectorized kernels against the reference (listed in docs/ops.md).
 constexpr int64_t kSoftmaxMaxUlp = 2;
 constexpr int64_t kLayerNormMaxUlp = 1;
 
@@ -203,7 +204,16 @@ void expect_matches_reference(const OneNode& node, const std::vector<Tensor>& in
   EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, kernel, inputs, 2)[0], serial));
 }
 
-TEST(OpsNormalization, Avx2SoftmaxMatchesReference) {
+// The vectorized softmax kernels this CPU runs on node (avx512 takes rows only).
+std::vector<std::string> softmax_kernels(const Node& node) {
+  std::vector<std::string> kernels;
+  for (const char* kernel : {"avx2", "avx512"})
+    if (test::has_kernel("softmax", kernel) && test::unsupported_reason(node, kernel).empty())
+      kernels.push_back(kernel);
+  return kernels;
+}
+
+TEST(OpsNormalization, VectorizedSoftmaxMatchesReference) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
   std::mt19937 rng(5);
   using Sizes = std::vector<int64_t>;
@@ -219,7 +229,82 @@ TEST(OpsNormalization, Avx2SoftmaxMatchesReference) {
       OneNode node("softmax", {type_of(DType::F32, sizes)}, {{"axis", axis}});
       Tensor x = test::random_tensor(DType::F32, sizes, rng, -60, 60);
       if (extremes) test::sprinkle_extremes(x, rng);
-      expect_matches_reference(node, {x}, kSoftmaxMaxUlp);
+      for (const std::string& kernel : softmax_kernels(*node.node))
+        expect_matches_reference(node, {x}, kSoftmaxMaxUlp, kernel);
+    }
+  }
+}
+
+// The avx512 softmax gives the avx2 kernel's bits (any NaN matching any): rows of every length
+// around its 16- and 32-element steps, values spread so that some of x - max fall below -87
+// (exp's slow path, half by half), infinities and NaNs, rows of -inf alone.
+TEST(OpsNormalization, Avx512SoftmaxGivesTheAvx2Bits) {
+  const OneNode probe("softmax", {type_of(DType::F32, {2})});
+  if (softmax_kernels(*probe.node).size() < 2) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(21);
+  for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 47, 48, 63, 100, 768, 3075}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      SCOPED_TRACE("n " + std::to_string(n) + " variant " + std::to_string(variant));
+      const int64_t rows = 5;
+      OneNode node("softmax", {type_of(DType::F32, {rows, n})});
+      Tensor x = test::random_tensor(DType::F32, {rows, n}, rng, variant == 1 ? -200 : -8,
+                                     variant == 1 ? 60 : 8);
+      float* v = x.data<float>();
+      if (variant == 2) test::sprinkle_extremes(x, rng);
+      if (variant == 3) {
+        std::fill(v, v + n, -kInf);         // a row attending nothing
+        v[n + n / 2] = kInf;                 // an infinity among numbers
+        v[2 * n + n - 1] = kNaN;             // a NaN in a row's tail
+        v[3 * n] = -kInf;                    // one -inf among numbers
+      }
+      const Tensor a = test::run_kernel(*node.node, "avx2", {x}, 2)[0];
+      const Tensor b = test::run_kernel(*node.node, "avx512", {x}, 2)[0];
+      for (int64_t i = 0; i < rows * n; ++i) {
+        const float p = a.data<float>()[i], q = b.data<float>()[i];
+        ASSERT_TRUE(std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q) ||
+                    (std::isnan(p) && std::isnan(q)))
+            << "element " << i << " (x = " << v[i] << "): " << p << " vs " << q;
+      }
+    }
+  }
+}
+
+// A bf16 softmax (what fold_bf16_casts_into_widening_kernels makes) is each kernel's f32 result
+// on the widened input rounded to bf16, over the last axis (rows) and another (columns).
+TEST(OpsNormalization, Bf16SoftmaxIsTheF32OneBetweenCasts) {
+  std::mt19937 rng(23);
+  using Sizes = std::vector<int64_t>;
+  const std::vector<std::pair<Sizes, int64_t>> cases = {
+      {{1}, -1}, {{3, 7}, -1}, {{4, 100}, -1}, {{2, 3075}, -1}, {{17, 5}, 0}, {{3, 9, 20}, 1},
+      {{0, 8}, -1}};
+  for (const auto& [sizes, axis] : cases) {
+    for (bool extremes : {false, true}) {
+      SCOPED_TRACE(shape_string(sizes) + " axis " + std::to_string(axis) +
+                   (extremes ? " with extremes" : ""));
+      const AttrMap attrs{{"axis", axis}};
+      Tensor x32 = test::random_tensor(DType::F32, sizes, rng, -8, 8);
+      if (extremes) test::sprinkle_extremes(x32, rng);
+      Tensor x = Tensor::empty(DType::BF16, sizes), wide = Tensor::empty(DType::F32, sizes);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        x.data<cpu::BFloat16>()[i] = cpu::to_bfloat16(x32.data<float>()[i]);
+        wide.data<float>()[i] = cpu::to_float(x.data<cpu::BFloat16>()[i]);
+      }
+      Graph g;
+      const Node& node =
+          *g.add_uncast("softmax", {g.add_input("x", type_of(DType::BF16, sizes))}, attrs)
+               ->producer();
+      ASSERT_EQ(node.output()->type().dtype, DType::BF16);
+      OneNode f32_node("softmax", {type_of(DType::F32, sizes)}, attrs);
+      std::vector<std::string> kernels = softmax_kernels(*f32_node.node);
+      kernels.push_back("reference");
+      for (const std::string& kernel : kernels) {
+        SCOPED_TRACE(kernel);
+        ASSERT_TRUE(test::unsupported_reason(node, kernel).empty());
+        for (int threads : {1, 2}) {
+          EXPECT_TRUE(test::is_rounded_to_bf16(test::run_kernel(node, kernel, {x}, threads)[0],
+                                               test::run_kernel(*f32_node.node, kernel, {wide})[0]));
+        }
+      }
     }
   }
 }

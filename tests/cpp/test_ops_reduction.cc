@@ -438,14 +438,20 @@ void expect_within_bound(const std::string& op, const AttrMap& attrs, const Tens
   }
 }
 
-// Runs the AVX2 kernel on 1 and 2 threads (bit for bit the same) against the reference.
+// Runs the AVX2 kernel (and log_softmax's AVX-512 one, where it takes x) on 1 and 2 threads
+// (bit for bit the same) against the reference.
 void expect_avx2_matches_reference(const std::string& op, const AttrMap& attrs, const Tensor& x) {
   OneNode node(op, {type_of(DType::F32, x.sizes())}, attrs);
   ASSERT_EQ(test::unsupported_reason(*node.node, "avx2"), "");
   const Tensor expected = test::run_kernel(*node.node, "reference", {x})[0];
-  const Tensor serial = test::run_kernel(*node.node, "avx2", {x}, 1)[0];
-  expect_within_bound(op, attrs, x, serial, expected);
-  EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, "avx2", {x}, 2)[0], serial));
+  for (const std::string kernel : {"avx2", "avx512"}) {
+    if (!test::has_kernel(op, kernel) || !test::unsupported_reason(*node.node, kernel).empty())
+      continue;
+    SCOPED_TRACE(kernel);
+    const Tensor serial = test::run_kernel(*node.node, kernel, {x}, 1)[0];
+    expect_within_bound(op, attrs, x, serial, expected);
+    EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, kernel, {x}, 2)[0], serial));
+  }
 }
 
 // NaN, infinities, zeros, subnormals and magnitudes whose sums stay finite in f32 (a sum that
@@ -562,7 +568,7 @@ TEST(OpsReduction, Bf16ReductionsAreTheF32OnesBetweenCasts) {
       ASSERT_EQ(node.output()->type().dtype, DType::BF16);
       const Node& f32_node =
           *g.add(op, {g.add_input("w", type_of(DType::F32, sizes))}, attrs)->producer();
-      for (const std::string kernel : {"avx2", "reference"}) {
+      for (const std::string kernel : {"avx512", "avx2", "reference"}) {
         if (!test::has_kernel(op, kernel) || !test::unsupported_reason(node, kernel).empty())
           continue;
         SCOPED_TRACE(kernel);
@@ -580,7 +586,7 @@ TEST(OpsReduction, Bf16ReductionsAreTheF32OnesBetweenCasts) {
   }
 }
 
-TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {
+TEST(OpsReduction, VectorizedLogSoftmaxMatchesReference) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
   std::mt19937 rng(11);
   const std::vector<std::pair<Sizes, int64_t>> cases = {
@@ -593,7 +599,11 @@ TEST(OpsReduction, Avx2LogSoftmaxMatchesReference) {
       SCOPED_TRACE(case_name("log_softmax", sizes, std::to_string(dim), variant));
       expect_avx2_matches_reference("log_softmax", one_dim(dim), case_input(sizes, variant, rng));
     }
-  // Inputs spread far apart: x - max reaches the underflow of exp.
+  // Inputs spread far apart: x - max reaches the underflow of exp. Rows of every length around
+  // the AVX-512 kernel's 16- and 32-element steps.
+  for (int64_t n : {15, 16, 17, 31, 32, 33, 47, 3075})
+    expect_avx2_matches_reference("log_softmax", one_dim(-1),
+                                  test::random_tensor(DType::F32, {3, n}, rng, -120, 60));
   Tensor wide = test::random_tensor(DType::F32, {64, 100}, rng, -120, 60);
   expect_avx2_matches_reference("log_softmax", one_dim(1), wide);
   expect_avx2_matches_reference("logsumexp", dims({1}), wide);

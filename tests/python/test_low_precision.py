@@ -312,16 +312,20 @@ def test_bf16_adaptive_average_pooling_reads_and_writes_bf16(size, op, tmp_path)
     check_model(head, x, factor=2)
 
 
-# bf16 reductions read and write bf16 too (fold_bf16_casts_into_widening_kernels, every CPU; the
-# vector kernel widens each element as it reads it): no cast is left in the graph, each result is
-# Kiln's f32 result rounded once (the bits the casts gave), within half a ULP of float64's plus
-# f32's own error.
-@pytest.mark.parametrize("op", ["sum", "amax", "var", "logsumexp", "log_softmax"])
-def test_bf16_reductions_read_and_write_bf16(op, tmp_path):
+# bf16 reductions and softmax read and write bf16 too (fold_bf16_casts_into_widening_kernels,
+# every CPU; the vector kernels widen each element as they read it): no cast is left in the
+# graph, each result is Kiln's f32 result rounded once (the bits the casts gave), within half a
+# ULP of float64's plus f32's own error.
+@pytest.mark.parametrize("case", ["sum", "amax", "var", "logsumexp", "log_softmax", "softmax",
+                                  "softmax_columns"])
+def test_bf16_reductions_read_and_write_bf16(case, tmp_path):
     torch.manual_seed(9)
-    fn = {"sum": lambda x: x.sum(-1), "amax": lambda x: x.amax((1, 2)),
-          "var": lambda x: x.var(1), "logsumexp": lambda x: x.logsumexp(-1),
-          "log_softmax": lambda x: F.log_softmax(x, 1)}[op]
+    op, fn = {"sum": ("sum", lambda x: x.sum(-1)), "amax": ("amax", lambda x: x.amax((1, 2))),
+              "var": ("var", lambda x: x.var(1)),
+              "logsumexp": ("logsumexp", lambda x: x.logsumexp(-1)),
+              "log_softmax": ("log_softmax", lambda x: F.log_softmax(x, 1)),
+              "softmax": ("softmax", lambda x: F.softmax(x, -1)),
+              "softmax_columns": ("softmax", lambda x: F.softmax(x, 1))}[case]
     x = torch.randn(4, 37, 50).to(torch.bfloat16)
     got, text = compile_and_dump(fn, (x,), tmp_path, "plan")
     [node] = [line for line in text.splitlines() if f"= {op}(" in line]

@@ -3,6 +3,7 @@
 #ifdef KILN_X86
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/bf16_rows.h"
@@ -34,17 +35,6 @@ KILN_TARGET_AVX2 inline float max_lanes(__m256 v) {
   float m = lanes[0];
   for (float l : lanes) m = std::fmax(m, l);
   return m;
-}
-
-// exp(x - max) with the rounding error of the subtraction carried into exp (TwoSum): x - max
-// reaches -100 before exp underflows, and its rounding would cost many ULP of the result.
-KILN_TARGET_AVX2 inline __m256 exp_minus(__m256 x, __m256 max) {
-  const __m256 neg_max = _mm256_xor_ps(max, splat(-0.0f));
-  const __m256 d = _mm256_add_ps(x, neg_max);
-  const __m256 b = _mm256_sub_ps(d, x);
-  const __m256 err =
-      _mm256_add_ps(_mm256_sub_ps(x, _mm256_sub_ps(d, b)), _mm256_sub_ps(neg_max, b));
-  return exp_hilo(d, err);
 }
 
 // Reads 8 lanes of a row at i, or the first `count` of them with the rest `fill`.
@@ -197,6 +187,28 @@ KILN_TARGET_AVX2 void softmax_columns(const float* x, float* y, int64_t n, int64
   for (int64_t k = 0; k < n; ++k)
     _mm256_maskstore_ps(y + k * stride, mask,
                         _mm256_mul_ps(_mm256_maskload_ps(y + k * stride, mask), inv));
+}
+
+KILN_TARGET_AVX2 void softmax_rows(const BFloat16* x, BFloat16* y, int64_t rows, int64_t n) {
+  bf16_rows_through_f32<0>(
+      x, {}, y, rows, n,
+      [&](const float* row, std::array<const float*, 0>, float* out) KILN_TARGET_AVX2 {
+        softmax_row(row, out, n);
+      },
+      avx2::widen_bf16_row, avx2::narrow_to_bf16_row);
+}
+
+// The block's columns gathered into a dense [n, 8] buffer, 8 floats a step.
+KILN_TARGET_AVX2 void softmax_columns(const BFloat16* x, BFloat16* y, int64_t n, int64_t stride,
+                                      int64_t count) {
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(n) * 8);
+  float* block = buffer.data();
+  for (int64_t k = 0; k < n; ++k)
+    _mm256_storeu_ps(block + k * 8, load_bf16_tail(x + k * stride, count));
+  softmax_columns(block, block, n, 8, count);
+  for (int64_t k = 0; k < n; ++k)
+    store_bf16_tail(y + k * stride, count, _mm256_loadu_ps(block + k * 8));
 }
 
 KILN_TARGET_AVX2 void layer_norm(const float* x, const float* weight, const float* bias,

@@ -1,13 +1,16 @@
-// Layer norm 16 floats a block (AVX-512): layer_norm_rows.h on 8-lane vectors of doubles.
+// Layer norm 16 floats a block (AVX-512): layer_norm_rows.h on 8-lane vectors of doubles; softmax
+// on 16 lanes.
 #include "kernels/cpu/normalization_avx2.h"
 
 #ifdef KILN_X86
 #include <immintrin.h>
 
 #include <array>
+#include <cmath>
 
 #include "kernels/cpu/bf16_avx512.h"
 #include "kernels/cpu/bf16_rows.h"
+#include "kernels/cpu/vec_math_avx512.h"
 #pragma GCC diagnostic ignored "-Wpsabi"  // see layer_norm_rows.h
 #include "kernels/cpu/layer_norm_rows.h"
 
@@ -75,7 +78,100 @@ struct DoubleLanes {
   }
 };
 
+// The row's largest element (two chains, as a max's latency would pace one).
+KILN_TARGET_AVX512 float row_max(const float* x, int64_t n) {
+  const __m512 neg_inf = splat(-INFINITY);
+  __m512 m0 = neg_inf, m1 = neg_inf;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm512_maskz_max_ps(kAllLanes, m0, _mm512_loadu_ps(x + i));
+    m1 = _mm512_maskz_max_ps(kAllLanes, m1, _mm512_loadu_ps(x + i + 16));
+  }
+  for (; i < n; i += 16)
+    m0 = _mm512_maskz_max_ps(kAllLanes, m0,
+                             _mm512_mask_loadu_ps(neg_inf, lanes_from(i, n), x + i));
+  return max_lanes(_mm512_maskz_max_ps(kAllLanes, m0, m1));
+}
+
+// The sum of exp(x - max) over the row, its terms written to y (kStore). avx2's softmax row
+// (normalization_avx2.cc) 16 lanes a step, with its bits: its exp (exp_minus, the same on 16
+// lanes; a vector past the row's end filled with -inf as avx2's tail), and its f64 sums in its
+// order: lanes 0-3 of the accumulator are avx2's sum_lo, 4-7 its sum_hi, and each 16 floats
+// add as two of avx2's vectors, one after the other (zeros past the end add nothing).
+template <bool kStore>
+KILN_TARGET_AVX512 double exp_sum(const float* x, float* y, int64_t n, float max) {
+  const __m512 neg_inf = splat(-INFINITY), shift = splat(max);
+  __m512d sum = _mm512_setzero_pd();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_from(i, n);
+    const __m512 e = _mm512_maskz_mov_ps(
+        lanes, exp_minus(_mm512_mask_loadu_ps(neg_inf, lanes, x + i), shift));
+    if constexpr (kStore) _mm512_mask_storeu_ps(y + i, lanes, e);
+    sum = _mm512_add_pd(sum, _mm512_maskz_cvtps_pd(0xFF, low_half(e)));
+    sum = _mm512_add_pd(sum, _mm512_maskz_cvtps_pd(0xFF, high_half(e)));
+  }
+  alignas(64) double l[8];
+  _mm512_store_pd(l, sum);
+  return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+// 1.36x the avx2 kernel on a Zen 4, whose 512-bit vectors take two passes of its 256-bit units
+// ([1576, 3072], 1 thread: 2.65 against 3.61 ms).
+KILN_TARGET_AVX512 void softmax_row(const float* x, float* y, int64_t n) {
+  const double total = exp_sum<true>(x, y, n, row_max(x, n));
+  const __m512 inv = splat(static_cast<float>(1.0 / total));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_from(i, n);
+    _mm512_mask_storeu_ps(y + i, lanes, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, y + i), inv));
+  }
+}
+
+// y = x - (max + log(sum)), the sum as the softmax's (f64) and the subtraction in f64, rounded
+// once. A NaN, a +inf, or a row of -inf alone gives NaN throughout, as the reference.
+KILN_TARGET_AVX512 void log_softmax_row(const float* x, float* y, int64_t n) {
+  const float max = row_max(x, n);
+  const __m512d shift =
+      _mm512_set1_pd(static_cast<double>(max) + std::log(exp_sum<false>(x, nullptr, n, max)));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = lanes_from(i, n);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
+    const __m256 low = _mm512_maskz_cvtpd_ps(
+        0xFF, _mm512_sub_pd(_mm512_maskz_cvtps_pd(0xFF, low_half(v)), shift));
+    const __m256 high = _mm512_maskz_cvtpd_ps(
+        0xFF, _mm512_sub_pd(_mm512_maskz_cvtps_pd(0xFF, high_half(v)), shift));
+    _mm512_mask_storeu_ps(y + i, lanes, from_halves(low, high));
+  }
+}
+
+// f32 rows, or bf16 rows widened into a buffer per thread and rounded (bf16_rows.h).
+template <void (*Row)(const float*, float*, int64_t)>
+KILN_TARGET_AVX512 void rows_of(const float* x, float* y, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) Row(x + r * n, y + r * n, n);
+}
+template <void (*Row)(const float*, float*, int64_t)>
+KILN_TARGET_AVX512 void rows_of(const BFloat16* x, BFloat16* y, int64_t rows, int64_t n) {
+  bf16_rows_through_f32<0>(
+      x, {}, y, rows, n,
+      [&](const float* row, std::array<const float*, 0>, float* out) KILN_TARGET_AVX512 {
+        Row(row, out, n);
+      },
+      avx512::widen_bf16_row, avx512::narrow_to_bf16_row);
+}
+
 }  // namespace
+
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
+  rows_of<softmax_row>(x, y, rows, n);
+}
+void softmax_rows(const BFloat16* x, BFloat16* y, int64_t rows, int64_t n) {
+  rows_of<softmax_row>(x, y, rows, n);
+}
+void log_softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
+  rows_of<log_softmax_row>(x, y, rows, n);
+}
+void log_softmax_rows(const BFloat16* x, BFloat16* y, int64_t rows, int64_t n) {
+  rows_of<log_softmax_row>(x, y, rows, n);
+}
 
 KILN_TARGET_AVX512 void layer_norm(const float* x, const float* weight, const float* bias,
                                    float* y, int64_t rows, int64_t n, double eps) {

@@ -86,17 +86,6 @@ T element_of(float v) {
   else return to_bfloat16(v);
 }
 
-// exp(x - shift) with the rounding error of the subtraction carried into exp (TwoSum): x - shift
-// reaches -100 before exp underflows, and its rounding would cost many ULP of the term.
-KILN_AVX2_INLINE __m256 exp_minus(__m256 x, __m256 shift) {
-  const __m256 neg_shift = _mm256_xor_ps(shift, splat(-0.0f));
-  const __m256 d = _mm256_add_ps(x, neg_shift);
-  const __m256 b = _mm256_sub_ps(d, x);
-  const __m256 err =
-      _mm256_add_ps(_mm256_sub_ps(x, _mm256_sub_ps(d, b)), _mm256_sub_ps(neg_shift, b));
-  return exp_hilo(d, err);
-}
-
 // ---------------------------------------------------------------- accumulator policies
 //
 // Each Acc accumulates 8 lanes: zero() is the empty result, add() takes one vector of x (with

@@ -128,6 +128,17 @@ KILN_VEC __m256 exp_hilo(__m256 hi, __m256 lo) {
   return ldexp(e.m, e.n);
 }
 
+// exp(x - shift) with the rounding error of the subtraction carried into exp (TwoSum): x - shift
+// reaches -100 before exp underflows, and its rounding would cost many ULP of the term.
+KILN_VEC __m256 exp_minus(__m256 x, __m256 shift) {
+  const __m256 neg_shift = _mm256_xor_ps(shift, splat(-0.0f));
+  const __m256 d = _mm256_add_ps(x, neg_shift);
+  const __m256 b = _mm256_sub_ps(d, x);
+  const __m256 err =
+      _mm256_add_ps(_mm256_sub_ps(x, _mm256_sub_ps(d, b)), _mm256_sub_ps(neg_shift, b));
+  return exp_hilo(d, err);
+}
+
 // exp for lanes within [-87, 87]: exp_hilo(x, 0)'s fast path without the addition of lo.
 KILN_VEC __m256 exp_in_range(__m256 x) {
   const ExpReduced e = exp_reduce(x);

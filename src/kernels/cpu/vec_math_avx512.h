@@ -64,13 +64,17 @@ KILN_VEC16 __m256 high_half(__m512 x) {
   return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1));
 }
 
+// Lanes 0-7 from `low`, 8-15 from `high`.
+KILN_VEC16 __m512 from_halves(__m256 low, __m256 high) {
+  const __m512d low_only =
+      _mm512_maskz_insertf64x4(0x0F, _mm512_setzero_pd(), _mm256_castps_pd(low), 0);
+  return _mm512_castpd_ps(_mm512_maskz_insertf64x4(0xFF, low_only, _mm256_castps_pd(high), 1));
+}
+
 // The AVX2 function F on each half of x.
 template <__m256 (*F)(__m256)>
 KILN_VEC16 __m512 by_halves(__m512 x) {
-  const __m512d low_half_done =
-      _mm512_maskz_insertf64x4(0x0F, _mm512_setzero_pd(), _mm256_castps_pd(F(low_half(x))), 0);
-  return _mm512_castpd_ps(
-      _mm512_maskz_insertf64x4(0xFF, low_half_done, _mm256_castps_pd(F(high_half(x))), 1));
+  return from_halves(F(low_half(x)), F(high_half(x)));
 }
 
 // The largest and the sum of x's lanes, halving x four times.
@@ -112,6 +116,25 @@ KILN_VEC16 __m512 pow2(__m512 n) {
   const __m512i e = _mm512_maskz_cvtps_epi32(kAllLanes, n);
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
       kAllLanes, _mm512_maskz_add_epi32(kAllLanes, e, _mm512_set1_epi32(127)), 23));
+}
+
+// avx2::exp_hilo(hi, lo) and avx2::exp_minus(x, shift), the same bits: exp_hilo's fast path on 16
+// lanes where all of hi is within [-87, 87], else avx2's on each half.
+KILN_VEC16 __m512 exp_hilo(__m512 hi, __m512 lo) {
+  if (all_within(hi, 87.0f)) [[likely]] {
+    const ExpReduced e = exp_reduce(hi);
+    return _mm512_mul_ps(exp_polynomial(_mm512_add_ps(e.r, lo)), pow2(e.n));
+  }
+  return from_halves(avx2::exp_hilo(low_half(hi), low_half(lo)),
+                     avx2::exp_hilo(high_half(hi), high_half(lo)));
+}
+KILN_VEC16 __m512 exp_minus(__m512 x, __m512 shift) {
+  const __m512 neg_shift = xor_bits(shift, splat(-0.0f));
+  const __m512 d = _mm512_add_ps(x, neg_shift);
+  const __m512 b = _mm512_sub_ps(d, x);
+  const __m512 err =
+      _mm512_add_ps(_mm512_sub_ps(x, _mm512_sub_ps(d, b)), _mm512_sub_ps(neg_shift, b));
+  return exp_hilo(d, err);
 }
 
 // exp for vectors all within [-87, 87] (avx2::exp's fast path).
