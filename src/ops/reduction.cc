@@ -302,6 +302,7 @@ template <bool kMax, bool kValues>
 struct ArgExtremum {
   // PyTorch's argmax rejects bool; max.dim takes it.
   static constexpr unsigned kDTypes = kValues ? kAll : kNumbers;
+  static constexpr bool kArgMax = kMax;  // for arg_extremum_kernel
   static constexpr bool kNeedsElements = true;
   template <typename T> using Out = std::conditional_t<kValues, std::pair<T, int64_t>, int64_t>;
   template <typename T, typename Each>
@@ -537,6 +538,7 @@ struct ReductionOp {
   size_t num_outputs;
   std::vector<DType> (*output_dtypes)(DType);
   ReferenceFn reference;
+  std::optional<bool> arg_max;  // argmax and max_dim (true), argmin and min_dim (false)
 };
 
 // The ops with a vector kernel take bf16 too, in fold_bf16_casts_into_widening_kernels' form (the
@@ -558,7 +560,11 @@ ReductionOp reduction(std::string_view name, DimStyle style = DimStyle::List,
           Policy::kNeedsElements,
           IsPair<Sample>::value ? size_t{2} : size_t{1},
           &output_dtypes<Policy>,
-          &reduce_reference<Policy>};
+          &reduce_reference<Policy>,
+          []() -> std::optional<bool> {
+            if constexpr (requires { Policy::kArgMax; }) return Policy::kArgMax;
+            else return std::nullopt;
+          }()};
 }
 
 const std::vector<ReductionOp>& reduction_ops() {
@@ -666,6 +672,32 @@ KernelDef avx2_kernel(cpu::VectorReduction vector,
 }
 #endif
 
+// argmax, argmin, max_dim and min_dim of f32 over the last dims (rows, the values output written
+// when there is one): the AVX2 kernel.
+KernelDef arg_extremum_kernel(const ReductionOp& op) {
+  return KernelDef{
+      "avx2", "native",
+      [&op](const KernelSpec& spec) {
+        std::string reason = cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+        const std::optional<cpu::ReduceExtents> e = plan_of(spec, op).extents;
+        if (reason.empty() && (!e || e->inner != 1))
+          reason = "the reduced dims of " + shape_string(spec.input_sizes(0)) +
+                   " are not the last ones (the reference kernel walks any)";
+        else if (reason.empty() && e->n > std::numeric_limits<int32_t>::max())
+          reason = "rows of 2^31 elements or more";
+        return reason;
+      },
+      [&op](const KernelSpec& spec) {
+        return make_kernel([max = *op.arg_max, values = op.num_outputs == 2,
+                            e = *plan_of(spec, op).extents, threads = spec.threads](
+                               std::span<const void* const> in, std::span<void* const> out) {
+          cpu::avx2::arg_extremum_rows(max, static_cast<const float*>(in[0]), e.outer, e.n,
+                                       static_cast<int64_t*>(out[values ? 1 : 0]),
+                                       values ? static_cast<float*>(out[0]) : nullptr, threads);
+        });
+      }};
+}
+
 void register_reduction(OpRegistry& registry, const ReductionOp& op) {
   OpDef def;
   def.name = std::string(op.name);
@@ -682,6 +714,7 @@ void register_reduction(OpRegistry& registry, const ReductionOp& op) {
     def.kernels.push_back(avx2_kernel(
         *op.vector, [&op](const KernelSpec& spec) { return plan_of(spec, op).extents; },
         [&op](const KernelSpec& spec) { return params_of(spec, op).correction; }));
+  if (op.arg_max) def.kernels.push_back(arg_extremum_kernel(op));
 #endif
   def.kernels.push_back(reference_kernel([&op](const KernelSpec& spec) {
     return widening_bf16(spec, [&op](const KernelSpec& spec) {

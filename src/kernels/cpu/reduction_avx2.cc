@@ -533,6 +533,60 @@ void for_items(int64_t items, int64_t work_per_item, int threads, const Run& run
   });
 }
 
+// (v, i) ranks before (best, at): a NaN first (the earliest), then the larger (kMax) or smaller
+// value, then the earlier index.
+template <bool kMax>
+bool ranks_before(float v, int64_t i, float best, int64_t at) {
+  if (std::isnan(best)) return std::isnan(v) && i < at;
+  if (std::isnan(v)) return true;
+  if (v == best) return i < at;
+  return kMax ? v > best : v < best;
+}
+
+// Each lane keeps its best element and its index (the first of equals, the first NaN), over
+// whole vectors; the lanes then meet in ranks_before's order and the tail goes element by
+// element.
+template <bool kMax>
+KILN_TARGET_AVX2 int64_t row_arg_extremum(const float* x, int64_t n) {
+  int64_t i = 0;
+  float best = x[0];
+  int64_t at = 0;
+  if (n >= 8) {
+    __m256 lane_best = _mm256_loadu_ps(x);
+    __m256i lane_at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i position = lane_at;
+    const __m256i step = _mm256_set1_epi32(8);
+    for (i = 8; i + 8 <= n; i += 8) {
+      position = _mm256_add_epi32(position, step);
+      const __m256 v = _mm256_loadu_ps(x + i);
+      const __m256 better = _mm256_or_ps(
+          _mm256_cmp_ps(v, lane_best, kMax ? _CMP_GT_OQ : _CMP_LT_OQ),
+          _mm256_andnot_ps(_mm256_cmp_ps(lane_best, lane_best, _CMP_UNORD_Q),
+                           _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+      lane_best = _mm256_blendv_ps(lane_best, v, better);
+      lane_at = _mm256_castps_si256(_mm256_blendv_ps(
+          _mm256_castsi256_ps(lane_at), _mm256_castsi256_ps(position), better));
+    }
+    alignas(32) float values[8];
+    alignas(32) int32_t indices[8];
+    _mm256_store_ps(values, lane_best);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(indices), lane_at);
+    best = values[0];
+    at = indices[0];
+    for (int l = 1; l < 8; ++l)
+      if (ranks_before<kMax>(values[l], indices[l], best, at)) {
+        best = values[l];
+        at = indices[l];
+      }
+  }
+  for (; i < n; ++i)
+    if (ranks_before<kMax>(x[i], i, best, at)) {
+      best = x[i];
+      at = i;
+    }
+  return at;
+}
+
 // RowFold's state: the tree of a Row's pass. Only pointers cross into these, never vectors.
 template <class Acc>
 using RowTree = PairwiseTree<Acc, 1>;
@@ -635,6 +689,18 @@ void reduce_elements(VectorReduction op, const T* x, T* y, ReduceExtents e, doub
 void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, double correction,
             int threads) {
   reduce_elements(op, x, y, e, correction, threads);
+}
+
+void arg_extremum_rows(bool max, const float* x, int64_t rows, int64_t n, int64_t* index,
+                       float* values, int threads) {
+  KILN_ASSERT(n >= 1 && n <= INT32_MAX, "arg_extremum_rows takes rows of 1 to 2^31 - 1");
+  parallel_chunks(rows, n, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = x + r * n;
+      index[r] = max ? row_arg_extremum<true>(row, n) : row_arg_extremum<false>(row, n);
+      if (values) values[r] = row[index[r]];
+    }
+  });
 }
 
 void reduce(VectorReduction op, const BFloat16* x, BFloat16* y, ReduceExtents e,
