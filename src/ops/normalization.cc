@@ -35,7 +35,6 @@ void check_floating(InferContext& ctx, DType dtype) {
                 "; insert a cast");
 }
 
-
 // x viewed as [outer, n, inner] around a dim or a split point.
 struct Extents {
   int64_t outer = 1, n = 1, inner = 1;
