@@ -672,28 +672,26 @@ KernelDef avx2_kernel(cpu::VectorReduction vector,
 }
 #endif
 
-// argmax, argmin, max_dim and min_dim of f32 over the last dims (rows, the values output written
-// when there is one): the AVX2 kernel.
+// argmax, argmin, max_dim and min_dim of f32 (the values output written when there is one): the
+// AVX2 kernel, over rows or columns.
 KernelDef arg_extremum_kernel(const ReductionOp& op) {
   return KernelDef{
       "avx2", "native",
       [&op](const KernelSpec& spec) {
         std::string reason = cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
-        const std::optional<cpu::ReduceExtents> e = plan_of(spec, op).extents;
-        if (reason.empty() && (!e || e->inner != 1))
-          reason = "the reduced dims of " + shape_string(spec.input_sizes(0)) +
-                   " are not the last ones (the reference kernel walks any)";
-        else if (reason.empty() && e->n > std::numeric_limits<int32_t>::max())
-          reason = "rows of 2^31 elements or more";
+        // One reduced dim, or none (the flattened input): always one block.
+        const cpu::ReduceExtents e = *plan_of(spec, op).extents;
+        if (reason.empty() && e.n > std::numeric_limits<int32_t>::max())
+          reason = "reduces 2^31 elements or more into one result";
         return reason;
       },
       [&op](const KernelSpec& spec) {
         return make_kernel([max = *op.arg_max, values = op.num_outputs == 2,
                             e = *plan_of(spec, op).extents, threads = spec.threads](
                                std::span<const void* const> in, std::span<void* const> out) {
-          cpu::avx2::arg_extremum_rows(max, static_cast<const float*>(in[0]), e.outer, e.n,
-                                       static_cast<int64_t*>(out[values ? 1 : 0]),
-                                       values ? static_cast<float*>(out[0]) : nullptr, threads);
+          cpu::avx2::arg_extremum(max, static_cast<const float*>(in[0]), e,
+                                  static_cast<int64_t*>(out[values ? 1 : 0]),
+                                  values ? static_cast<float*>(out[0]) : nullptr, threads);
         });
       }};
 }

@@ -543,6 +543,15 @@ bool ranks_before(float v, int64_t i, float best, int64_t at) {
   return kMax ? v > best : v < best;
 }
 
+// The lanes where a later element v replaces `best`: larger (kMax) or smaller, or a NaN over a
+// number; never an equal one, so the first of equals and the first NaN stay.
+template <bool kMax>
+KILN_AVX2_INLINE __m256 ranks_strictly_before(__m256 v, __m256 best) {
+  return _mm256_or_ps(_mm256_cmp_ps(v, best, kMax ? _CMP_GT_OQ : _CMP_LT_OQ),
+                      _mm256_andnot_ps(_mm256_cmp_ps(best, best, _CMP_UNORD_Q),
+                                       _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+
 // Each lane keeps its best element and its index (the first of equals, the first NaN), over
 // whole vectors; the lanes then meet in ranks_before's order and the tail goes element by
 // element.
@@ -559,10 +568,7 @@ KILN_TARGET_AVX2 int64_t row_arg_extremum(const float* x, int64_t n) {
     for (i = 8; i + 8 <= n; i += 8) {
       position = _mm256_add_epi32(position, step);
       const __m256 v = _mm256_loadu_ps(x + i);
-      const __m256 better = _mm256_or_ps(
-          _mm256_cmp_ps(v, lane_best, kMax ? _CMP_GT_OQ : _CMP_LT_OQ),
-          _mm256_andnot_ps(_mm256_cmp_ps(lane_best, lane_best, _CMP_UNORD_Q),
-                           _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+      const __m256 better = ranks_strictly_before<kMax>(v, lane_best);
       lane_best = _mm256_blendv_ps(lane_best, v, better);
       lane_at = _mm256_castps_si256(_mm256_blendv_ps(
           _mm256_castsi256_ps(lane_at), _mm256_castsi256_ps(position), better));
@@ -585,6 +591,48 @@ KILN_TARGET_AVX2 int64_t row_arg_extremum(const float* x, int64_t n) {
       at = i;
     }
   return at;
+}
+
+// The same over columns: each lane is one column of a block of `width` (1..kColumnBlock)
+// adjacent columns, stepping down n rows `stride` apart.
+constexpr int64_t kColumnBlock = 128;
+
+template <bool kMax>
+KILN_TARGET_AVX2 void columns_arg_extremum(const float* x, int64_t n, int64_t stride,
+                                           int64_t width, int64_t* index, float* values) {
+  constexpr int kVectors = kColumnBlock / 8;
+  const int vectors = static_cast<int>((width + 7) / 8);
+  const __m256i last = tail_mask(width - 8 * (vectors - 1));
+  auto load = [&](const float* p, int j) KILN_TARGET_AVX2 {
+    return j == vectors - 1 ? _mm256_maskload_ps(p + 8 * j, last) : _mm256_loadu_ps(p + 8 * j);
+  };
+  __m256 best[kVectors];
+  __m256i at[kVectors];
+  for (int j = 0; j < vectors; ++j) {
+    best[j] = load(x, j);
+    at[j] = _mm256_setzero_si256();
+  }
+  for (int64_t k = 1; k < n; ++k) {
+    const float* row = x + k * stride;
+    const __m256i position = _mm256_set1_epi32(static_cast<int32_t>(k));
+    for (int j = 0; j < vectors; ++j) {
+      const __m256 v = load(row, j);
+      const __m256 better = ranks_strictly_before<kMax>(v, best[j]);
+      best[j] = _mm256_blendv_ps(best[j], v, better);
+      at[j] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(at[j]),
+                                                   _mm256_castsi256_ps(position), better));
+    }
+  }
+  alignas(32) float lane_values[kColumnBlock];
+  alignas(32) int32_t lane_at[kColumnBlock];
+  for (int j = 0; j < vectors; ++j) {
+    _mm256_store_ps(lane_values + 8 * j, best[j]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lane_at + 8 * j), at[j]);
+  }
+  for (int64_t c = 0; c < width; ++c) {
+    index[c] = lane_at[c];
+    if (values) values[c] = lane_values[c];
+  }
 }
 
 // RowFold's state: the tree of a Row's pass. Only pointers cross into these, never vectors.
@@ -691,16 +739,31 @@ void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, doubl
   reduce_elements(op, x, y, e, correction, threads);
 }
 
-void arg_extremum_rows(bool max, const float* x, int64_t rows, int64_t n, int64_t* index,
-                       float* values, int threads) {
-  KILN_ASSERT(n >= 1 && n <= INT32_MAX, "arg_extremum_rows takes rows of 1 to 2^31 - 1");
-  parallel_chunks(rows, n, threads, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = x + r * n;
-      index[r] = max ? row_arg_extremum<true>(row, n) : row_arg_extremum<false>(row, n);
-      if (values) values[r] = row[index[r]];
-    }
-  });
+void arg_extremum(bool max, const float* x, ReduceExtents e, int64_t* index, float* values,
+                  int threads) {
+  KILN_ASSERT(e.n >= 1 && e.n <= INT32_MAX, "arg_extremum takes 1 to 2^31 - 1 elements a result");
+  if (e.inner == 1) {
+    parallel_chunks(e.outer, e.n, threads, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* row = x + r * e.n;
+        index[r] = max ? row_arg_extremum<true>(row, e.n) : row_arg_extremum<false>(row, e.n);
+        if (values) values[r] = row[index[r]];
+      }
+    });
+    return;
+  }
+  const int64_t blocks = (e.inner + kColumnBlock - 1) / kColumnBlock;
+  parallel_chunks(e.outer * blocks, e.n * std::min(e.inner, kColumnBlock), threads,
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t item = begin; item < end; ++item) {
+                      const int64_t o = item / blocks, column = (item % blocks) * kColumnBlock;
+                      const int64_t width = std::min(kColumnBlock, e.inner - column);
+                      const int64_t first = o * e.inner + column;
+                      auto run = max ? columns_arg_extremum<true> : columns_arg_extremum<false>;
+                      run(x + o * e.n * e.inner + column, e.n, e.inner, width, index + first,
+                          values ? values + first : nullptr);
+                    }
+                  });
 }
 
 void reduce(VectorReduction op, const BFloat16* x, BFloat16* y, ReduceExtents e,

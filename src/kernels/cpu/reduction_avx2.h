@@ -43,11 +43,12 @@ void reduce(VectorReduction op, const float* x, float* y, ReduceExtents e, doubl
 void reduce(VectorReduction op, const BFloat16* x, BFloat16* y, ReduceExtents e,
             double correction, int threads);
 
-// For each of `rows` rows of n >= 1 elements (n < 2^31): the index of its first largest (kMax)
-// or smallest element, or of its first NaN (PyTorch's argmax and max.dim), into index[r], and
-// with `values` that element into values[r].
-void arg_extremum_rows(bool max, const float* x, int64_t rows, int64_t n, int64_t* index,
-                       float* values, int threads);
+// For each result of x viewed as [outer, n, inner] (1 <= n < 2^31): the index along n of its
+// first largest (max) or smallest element, or of its first NaN (PyTorch's argmax and max.dim),
+// into index, and with `values` that element into values. Rows when inner = 1, else blocks of
+// adjacent columns, one lane each.
+void arg_extremum(bool max, const float* x, ReduceExtents e, int64_t* index, float* values,
+                  int threads);
 
 // Folds one row block by block exactly as reduce() folds a row in memory (x as [1, n, 1]), for
 // kernels that compute the row's elements a block at a time instead of writing the row out
