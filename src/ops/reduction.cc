@@ -38,6 +38,7 @@
 #include "kernels/cpu/normalization_avx2.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/reduction_avx2.h"
+#include "kernels/cpu/scan.h"
 #include "kernels/cpu/widened_bf16.h"
 #include "ops/op_registry.h"
 
@@ -822,6 +823,45 @@ void register_line_ops(OpRegistry& registry) {
   cumsum.attrs = {{"dim", int64_t{0}, true}};
   cumsum.infer = infer_cumsum;
   cumsum.computes_low_precision_in_f32 = true;
+  auto cumsum_extents = [](const KernelSpec& spec) {
+    const std::vector<int64_t> sizes = spec.input_sizes(0);
+    return line_extents(sizes, resolve_dim(spec.node.attr_int("dim"), sizes.size()));
+  };
+#ifdef KILN_X86
+  cumsum.kernels.push_back(
+      {"avx2", "native",
+       [cumsum_extents](const KernelSpec& spec) {
+         std::string reason = cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+         if (reason.empty() && cumsum_extents(spec).inner != 1)
+           reason = "cumsum along a dim that isn't the last: the columns kernel takes it";
+         return reason;
+       },
+       [cumsum_extents](const KernelSpec& spec) {
+         return make_kernel([e = cumsum_extents(spec), threads = spec.threads](
+                                std::span<const void* const> in, std::span<void* const> out) {
+           cpu::avx2::cumsum_rows(static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
+                                  e.outer, e.n, threads);
+         });
+       }});
+#endif
+  cumsum.kernels.push_back(
+      {"columns", "native",
+       [cumsum_extents](const KernelSpec& spec) -> std::string {
+         if (cumsum_extents(spec).inner == 1) return "cumsum along the last dim: no columns";
+         return "";
+       },
+       [cumsum_extents](const KernelSpec& spec) {
+         using Made = std::unique_ptr<KernelInstance>;
+         return visit_dtype<Cumsum::kDTypes, Made>(spec.inputs[0].dtype, [&](auto t) -> Made {
+           using T = decltype(t);
+           return make_kernel([e = cumsum_extents(spec), threads = spec.threads](
+                                  std::span<const void* const> in, std::span<void* const> out) {
+             cpu::cumsum_columns<T, SumAccumulator<T>>(static_cast<const T*>(in[0]),
+                                                       static_cast<SumOut<T>*>(out[0]), e,
+                                                       threads);
+           });
+         });
+       }});
   cumsum.kernels.push_back(reference_kernel(
       [](const KernelSpec& spec) { return line_reference<Cumsum>(spec, {}); }));
   registry.add(std::move(cumsum));

@@ -673,6 +673,63 @@ TEST(OpsReduction, Avx2ArgExtremaAreTheReferences) {
   EXPECT_NE(test::unsupported_reason(*f64.node, "avx2"), "");
 }
 
+// cumsum's kernels keep the reference's arithmetic (each line's running sum in f64, or in
+// wrapping 64-bit integers, written at every element) and change only the order of the lines:
+// the same bits. f32 rows of magnitudes 1e-10 to 1e10 (so that each rounding to f32 matters),
+// NaN and infinities, 1 to 17 rows (8 at a time, then one by one) of every length around the
+// 8-column blocks; columns of every dtype in blocks of 512 and a partial last one.
+TEST(OpsReduction, CumsumKernelsAreTheReference) {
+  std::mt19937 rng(31);
+  auto spread = [&](Tensor t) {
+    std::uniform_int_distribution<int> exponent(-10, 10);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float& v = t.data<float>()[i];
+      v *= std::pow(10.0f, static_cast<float>(exponent(rng)));
+      if (rng() % 400 == 0) v = std::vector<float>{kNaN, kInf, -kInf, -0.0f}[rng() % 4];
+    }
+    return t;
+  };
+  int runs = 0;
+  auto check = [&](const Tensor& x, int64_t dim, const std::string& kernel) {
+    SCOPED_TRACE(kernel + " " + list_of(x.sizes()) + " dim " + std::to_string(dim));
+    OneNode node("cumsum", {type_of(x.dtype(), x.sizes())}, one_dim(dim));
+    ASSERT_EQ(test::unsupported_reason(*node.node, kernel), "");
+    const Tensor expected = test::run_kernel(*node.node, "reference", {x})[0];
+    for (int threads : {1, 2}) {
+      EXPECT_TRUE(test::same_values(test::run_kernel(*node.node, kernel, {x}, threads)[0],
+                                    expected));
+      ++runs;
+    }
+  };
+  if (avx2_available()) {
+    for (int64_t rows : {1, 7, 8, 9, 17})
+      for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 100, 1001})
+        check(spread(test::random_tensor(DType::F32, {rows, n}, rng, -1, 1)), 1, "avx2");
+    check(spread(test::random_tensor(DType::F32, {16, 50257}, rng, -1, 1)), -1, "avx2");
+    EXPECT_EQ(runs, (5 * 9 + 1) * 2);
+    OneNode columns("cumsum", {type_of(DType::F32, {4, 3})}, one_dim(0));
+    EXPECT_MENTIONS(test::unsupported_reason(*columns.node, "avx2"), "the columns kernel");
+  }
+  for (DType dtype : {DType::F32, DType::F64, DType::I32, DType::I64})
+    for (const Sizes& sizes : std::vector<Sizes>{{5, 2}, {3, 100, 7}, {2, 9, 513}, {300, 1100}}) {
+      Tensor x = test::random_tensor(dtype, sizes, rng, -1e6, 1e6);
+      if (dtype == DType::F32) x = spread(test::random_tensor(dtype, sizes, rng, -1, 1));
+      check(x, 1 - static_cast<int64_t>(sizes.size() == 2), "columns");
+    }
+  // Narrow integers and bool give i64 sums (integers wrap around as the reference's).
+  Tensor bytes = Tensor::empty(DType::I8, {40, 600});
+  Tensor flags = Tensor::empty(DType::Bool, {40, 600});
+  for (int64_t i = 0; i < bytes.numel(); ++i) {
+    bytes.data<int8_t>()[i] = static_cast<int8_t>(rng());
+    flags.data<bool>()[i] = rng() % 2 == 0;
+  }
+  check(bytes, 0, "columns");
+  check(flags, 0, "columns");
+  check(test::random_tensor(DType::F32, {0, 7}, rng), 0, "columns");
+  OneNode rows("cumsum", {type_of(DType::I64, {4, 3})}, one_dim(1));
+  EXPECT_MENTIONS(test::unsupported_reason(*rows.node, "columns"), "the last dim");
+}
+
 TEST(OpsReduction, Avx2DeclinesWhatTheReferenceTakes) {
   if (!test::has_kernel("sum", "avx2")) GTEST_SKIP() << "not an x86 build";
   if (!cpu::has_avx2_fma()) GTEST_SKIP() << "no AVX2+FMA: that reason comes first";
