@@ -259,6 +259,8 @@ struct Sum {
 
 struct Prod {
   static constexpr unsigned kDTypes = kAll;
+  // PyTorch's f16 and bf16 prod rounds to the 2-byte type at every step: no f32 between casts.
+  static constexpr bool kRoundsAsItGoes = true;
   static constexpr bool kNeedsElements = false;
   template <typename T> using Out = SumOut<T>;
   template <typename T, typename Each>
@@ -540,6 +542,7 @@ struct ReductionOp {
   std::vector<DType> (*output_dtypes)(DType);
   ReferenceFn reference;
   std::optional<bool> arg_max;  // argmax and max_dim (true), argmin and min_dim (false)
+  bool low_precision_in_f32;    // f16 and bf16 computed in f32 between casts (not prod)
 };
 
 // The ops with a vector kernel take bf16 too, in fold_bf16_casts_into_widening_kernels' form (the
@@ -553,11 +556,12 @@ ReductionOp reduction(std::string_view name, DimStyle style = DimStyle::List,
                       std::optional<cpu::VectorReduction> vector = std::nullopt,
                       bool correction = false) {
   using Sample = typename Policy::template Out<float>;
+  constexpr bool kInF32 = !requires { Policy::kRoundsAsItGoes; };
   return {name,
           style,
           correction,
           vector,
-          vector ? Policy::kDTypes | kBf16Reductions : Policy::kDTypes,
+          vector && kInF32 ? Policy::kDTypes | kBf16Reductions : Policy::kDTypes,
           Policy::kNeedsElements,
           IsPair<Sample>::value ? size_t{2} : size_t{1},
           &output_dtypes<Policy>,
@@ -565,7 +569,8 @@ ReductionOp reduction(std::string_view name, DimStyle style = DimStyle::List,
           []() -> std::optional<bool> {
             if constexpr (requires { Policy::kArgMax; }) return Policy::kArgMax;
             else return std::nullopt;
-          }()};
+          }(),
+          kInF32};
 }
 
 const std::vector<ReductionOp>& reduction_ops() {
@@ -573,7 +578,7 @@ const std::vector<ReductionOp>& reduction_ops() {
   static const std::vector<ReductionOp> ops = {
       reduction<Sum>("sum", DimStyle::List, VR::Sum),
       reduction<Mean>("mean", DimStyle::List, VR::Mean),
-      reduction<Prod>("prod"),
+      reduction<Prod>("prod", DimStyle::List, VR::Prod),
       reduction<Extremum<true>>("amax", DimStyle::List, VR::Amax),
       reduction<Extremum<false>>("amin", DimStyle::List, VR::Amin),
       reduction<Extremum<true>>("max", DimStyle::List, VR::Amax),
@@ -707,7 +712,7 @@ void register_reduction(OpRegistry& registry, const ReductionOp& op) {
   def.attrs.push_back({"keepdim", false});
   if (op.correction) def.attrs.push_back({"correction", 1.0});
   def.infer = [&op](InferContext& ctx) { infer_reduction(ctx, op); };
-  def.computes_low_precision_in_f32 = op.name != "prod";  // PyTorch's 2-byte prod rounds as it goes
+  def.computes_low_precision_in_f32 = op.low_precision_in_f32;
 #ifdef KILN_X86
   if (op.vector)
     def.kernels.push_back(avx2_kernel(

@@ -159,6 +159,7 @@ TEST(OpsReduction, InferenceRejectsBadDimsAndDTypes) {
                   "not bool");
   // sum builds f16 in f32 (test_low_precision.cc); prod, which doesn't, refuses it.
   EXPECT_MENTIONS(inference_error("prod", type_of(DType::F16, {2}), {}), "not f16");
+  EXPECT_MENTIONS(inference_error("prod", type_of(DType::BF16, {2}), {}), "not bf16");
   // The shapes are in the message.
   EXPECT_MENTIONS(inference_error("amax", type_of(DType::F32, {0, 3}), dims({0})),
                   "(f32[0, 3]): it reduces dim 0 of size 0");
@@ -428,7 +429,7 @@ void expect_within_bound(const std::string& op, const AttrMap& attrs, const Tens
       const double extra = op == "sum" ? 2 : 3;
       ASSERT_LE(std::fabs(double(g) - r), (depth + extra) * u * magnitude.data<float>()[i])
           << where();
-    } else if (op == "var" || op == "std") {
+    } else if (op == "var" || op == "std" || op == "prod") {
       ASSERT_LE(test::ulp_distance(g, r), 1) << where();
     } else if (op == "logsumexp" || op == "log_softmax") {
       ASSERT_LE(std::fabs(double(g) - r), ulp_of(r) + (depth + 3) * u) << where();
@@ -539,6 +540,32 @@ TEST(OpsReduction, Avx2ReductionsMatchReference) {
       }
     }
   }
+}
+
+// prod multiplies in f64 along the sums' tree, the reference serially: within one f32 ULP
+// (docs/ops.md), on factors near 1 (a million of them stay inside f64's range, so the order
+// can't overflow or underflow a partial product) and, on the smaller cases, zeros of both signs,
+// infinities, NaN and subnormals.
+TEST(OpsReduction, Avx2ProdIsWithinAnUlpOfTheReference) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(37);
+  const std::vector<float> specials = {0.0f, -0.0f, kInf, -kInf, kNaN, 1e-40f, -3.0f, 0.5f};
+  for (const ReductionCase& c : reduction_cases()) {
+    for (int variant = 0; variant < 2; ++variant) {
+      if (variant == 1 && num_elements(c.sizes) > 100000) continue;
+      Tensor x = test::random_tensor(DType::F32, c.sizes, rng, -4, 4);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        float& v = x.data<float>()[i];
+        v = 1 + v / 64;
+        if (variant == 1 && rng() % 64 == 0) v = specials[rng() % specials.size()];
+      }
+      SCOPED_TRACE(case_name("prod", c.sizes, list_of(c.dims), variant == 1 ? 2 : 0));
+      expect_avx2_matches_reference("prod", dims(c.dims), x);
+    }
+  }
+  // Integers keep the reference's wrapping products.
+  OneNode ints("prod", {type_of(DType::I64, {4})});
+  EXPECT_NE(test::unsupported_reason(*ints.node, "avx2"), "");
 }
 
 // bf16 reductions (fold_bf16_casts_into_widening_kernels' form of an f32 reduction between casts:

@@ -163,29 +163,36 @@ struct ExtremumAcc {
   }
 };
 
-// f64 sums of x (var's mean).
-struct DoubleSumAcc {
+// f64 sums of x (var's mean) or products (prod); a masked lane adds 0 or multiplies by 1.
+template <bool kProduct>
+struct DoubleFoldAcc {
   using Param = NoParam;
   __m256d lo, hi;
   static Param param(const double*) { return {}; }
-  KILN_AVX2_INLINE static DoubleSumAcc zero() {
-    return {_mm256_setzero_pd(), _mm256_setzero_pd()};
+  KILN_AVX2_INLINE static __m256d combine(__m256d a, __m256d b) {
+    return kProduct ? _mm256_mul_pd(a, b) : _mm256_add_pd(a, b);
+  }
+  KILN_AVX2_INLINE static DoubleFoldAcc zero() {
+    const __m256d identity = _mm256_set1_pd(kProduct ? 1.0 : 0.0);
+    return {identity, identity};
   }
   template <bool kMasked>
   KILN_AVX2_INLINE void add(__m256 x, __m256 keep, const Param&) {
-    if constexpr (kMasked) x = _mm256_and_ps(x, keep);
-    lo = _mm256_add_pd(lo, low_half(x));
-    hi = _mm256_add_pd(hi, high_half(x));
+    if constexpr (kMasked) x = _mm256_blendv_ps(splat(kProduct ? 1.0f : 0.0f), x, keep);
+    lo = combine(lo, low_half(x));
+    hi = combine(hi, high_half(x));
   }
-  KILN_AVX2_INLINE static DoubleSumAcc merge(const DoubleSumAcc& a, const DoubleSumAcc& b) {
-    return {_mm256_add_pd(a.lo, b.lo), _mm256_add_pd(a.hi, b.hi)};
+  KILN_AVX2_INLINE static DoubleFoldAcc merge(const DoubleFoldAcc& a, const DoubleFoldAcc& b) {
+    return {combine(a.lo, b.lo), combine(a.hi, b.hi)};
   }
   KILN_AVX2_INLINE void store(double* lanes) const {
     _mm256_storeu_pd(lanes, lo);
     _mm256_storeu_pd(lanes + 4, hi);
   }
-  static double merge_lanes(double a, double b) { return a + b; }
+  static double merge_lanes(double a, double b) { return kProduct ? a * b : a + b; }
 };
+using DoubleSumAcc = DoubleFoldAcc<false>;
+using ProdAcc = DoubleFoldAcc<true>;
 
 // f64 sums of (x - mean)^2, the mean per lane.
 struct SquaredDeviationAcc {
@@ -470,6 +477,9 @@ KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item,
     case VectorReduction::Mean:
       reduce_lanes<SumAcc>(item, nullptr, split, a);
       return store([&](int l) { return a[l] / n; });
+    case VectorReduction::Prod:
+      reduce_lanes<ProdAcc>(item, nullptr, split, a);
+      return store([&](int l) { return a[l]; });
     case VectorReduction::Amax:
       reduce_lanes<ExtremumAcc<true>>(item, nullptr, split, a);
       return store([&](int l) { return a[l]; });

@@ -9,6 +9,9 @@
 //    |sum - exact| <= T(n) * 2^-24 * sum|x| (1.8e-6 * sum|x| at n = 1e6, where a plain loop's bound
 //    is n * 2^-24 = 0.06). The tree depends on n only: results do not change with the thread
 //    count.
+//  * prod multiplies in f64 along the same tree: within one f32 ULP of the reference's serial f64
+//    product (both are within (n - 1) * 2^-53 of the exact one), unless an f64 partial product
+//    overflows or underflows, which depends on the order.
 //  * var and std accumulate in f64 (two passes: mean, then squared deviations from it).
 //  * logsumexp and log_softmax sum exp(x - max) as above (x - max carried exactly into exp), then
 //    add log(sum) and max in f64: the error is at most one f32 ULP of the result plus
@@ -22,7 +25,7 @@
 
 namespace kiln::cpu {
 
-enum class VectorReduction : uint8_t { Sum, Mean, Amax, Amin, Var, Std, LogSumExp, LogSoftmax };
+enum class VectorReduction : uint8_t { Sum, Mean, Prod, Amax, Amin, Var, Std, LogSumExp, LogSoftmax };
 
 // x viewed as [outer, n, inner], reduced over n.
 struct ReduceExtents {
