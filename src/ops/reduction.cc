@@ -39,6 +39,7 @@
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/reduction_avx2.h"
 #include "kernels/cpu/scan.h"
+#include "kernels/cpu/topk.h"
 #include "kernels/cpu/widened_bf16.h"
 #include "ops/op_registry.h"
 
@@ -769,6 +770,37 @@ void infer_topk(InferContext& ctx) {
   ctx.set_output(1, TensorType{DType::I64, out, x.layout});
 }
 
+// topk's native kernel (src/kernels/cpu/topk.cc) over every line; a strided line is gathered
+// first.
+template <typename T>
+std::unique_ptr<KernelInstance> topk_select_kernel(const KernelSpec& spec) {
+  const std::vector<int64_t> sizes = spec.input_sizes(0);
+  const size_t dim = resolve_dim(spec.node.attr_int("dim"), sizes.size());
+  const cpu::ReduceExtents e = line_extents(sizes, dim);
+  const int64_t out_n = sizes.empty() ? 1 : spec.output_sizes(0)[dim];
+  return make_kernel([e, out_n, k = spec.node.attr_int("k"), largest = spec.node.attr_bool("largest"),
+                      threads = spec.threads](std::span<const void* const> in,
+                                              std::span<void* const> out) {
+    const T* x = static_cast<const T*>(in[0]);
+    cpu::parallel_chunks(e.outer * e.inner, e.n, threads, [&](int64_t begin, int64_t end) {
+      cpu::TopkScratch scratch;
+      for (int64_t line = begin; line < end; ++line) {
+        const int64_t o = line / e.inner, i = line % e.inner;
+        const T* first = x + o * e.n * e.inner + i;
+        if (e.inner > 1) {
+          scratch.line.resize(static_cast<size_t>(e.n) * sizeof(T));
+          T* gathered = reinterpret_cast<T*>(scratch.line.data());
+          for (int64_t j = 0; j < e.n; ++j) gathered[j] = first[j * e.inner];
+          first = gathered;
+        }
+        const int64_t offset = o * out_n * e.inner + i;
+        cpu::topk_line(first, e.n, k < 0 ? e.n : k, largest, static_cast<T*>(out[0]) + offset,
+                       static_cast<int64_t*>(out[1]) + offset, e.inner, scratch);
+      }
+    });
+  });
+}
+
 void register_line_ops(OpRegistry& registry) {
   OpDef log_softmax;
   log_softmax.name = "log_softmax";
@@ -883,6 +915,21 @@ void register_line_ops(OpRegistry& registry) {
                 {"sorted", true}};
   topk.infer = infer_topk;
   topk.computes_low_precision_in_f32 = true;
+  topk.kernels.push_back(
+      {"select", "native",
+       [](const KernelSpec& spec) -> std::string {
+         const std::vector<int64_t> sizes = spec.input_sizes(0);
+         if (line_extents(sizes, resolve_dim(spec.node.attr_int("dim"), sizes.size())).n >
+             std::numeric_limits<uint32_t>::max())
+           return "lines of 2^32 elements or more";
+         return "";
+       },
+       [](const KernelSpec& spec) {
+         using Made = std::unique_ptr<KernelInstance>;
+         return visit_dtype<Topk::kDTypes, Made>(spec.inputs[0].dtype, [&](auto t) -> Made {
+           return topk_select_kernel<decltype(t)>(spec);
+         });
+       }});
   topk.kernels.push_back(reference_kernel([](const KernelSpec& spec) {
     return line_reference<Topk>(
         spec, LineParams{spec.node.attr_int("k"), spec.node.attr_bool("largest")});

@@ -655,7 +655,9 @@ TEST(OpsReduction, Avx2ArgExtremaAreTheReferences) {
       for (int threads : {1, 2}) {
         const std::vector<Tensor> got = test::run_kernel(*node.node, "avx2", {x}, threads);
         EXPECT_TRUE(test::same_values(got.back(), expected.back()));
-        if (values) EXPECT_TRUE(test::same_values(got[0], expected[0]));
+        if (values) {
+          EXPECT_TRUE(test::same_values(got[0], expected[0]));
+        }
         ++runs;
       }
     }
@@ -755,6 +757,67 @@ TEST(OpsReduction, CumsumKernelsAreTheReference) {
   check(test::random_tensor(DType::F32, {0, 7}, rng), 0, "columns");
   OneNode rows("cumsum", {type_of(DType::I64, {4, 3})}, one_dim(1));
   EXPECT_MENTIONS(test::unsupported_reason(*rows.node, "columns"), "the last dim");
+}
+
+// topk's select kernel (gathering candidates for small k, a radix sort of rank keys for the rest) gives the
+// reference's values and indices exactly: every dtype, k from 0 to the whole line (-1) on both
+// sides of the selection's limit (k * 64 <= n), the largest and the smallest, the last dim and a
+// strided one, with many ties, NaN, infinities and signed zeros, and lines already in or
+// against rank order (every element then is a candidate).
+TEST(OpsReduction, TopkSelectIsTheReference) {
+  std::mt19937 rng(41);
+  auto check = [&](const Tensor& x, int64_t k, bool largest, int64_t dim) {
+    SCOPED_TRACE(std::string(dtype_name(x.dtype())) + " " + list_of(x.sizes()) + " k " +
+                 std::to_string(k) + (largest ? " largest" : " smallest") + " dim " +
+                 std::to_string(dim));
+    const AttrMap attrs = {{"k", k}, {"largest", largest}, {"dim", dim}};
+    OneNode node("topk", {type_of(x.dtype(), x.sizes())}, attrs);
+    ASSERT_EQ(test::unsupported_reason(*node.node, "select"), "");
+    const std::vector<Tensor> expected = test::run_kernel(*node.node, "reference", {x});
+    const std::vector<Tensor> got = test::run_kernel(*node.node, "select", {x}, 2);
+    EXPECT_TRUE(test::same_values(got[0], expected[0]));
+    EXPECT_TRUE(test::same_values(got[1], expected[1]));
+  };
+  auto floats = [&](const Sizes& sizes, int variant) {
+    Tensor x = test::random_tensor(DType::F32, sizes, rng, -4, 4);
+    float* v = x.data<float>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      if (variant == 1) v[i] = std::round(v[i]);  // many ties
+      if (variant == 2 && rng() % 6 == 0)
+        v[i] = std::vector<float>{kNaN, -kNaN, kInf, -kInf, 0.0f, -0.0f}[rng() % 6];
+      if (variant == 3) v[i] = static_cast<float>(i % 1000);  // rising: each one is a candidate
+      if (variant == 4) v[i] = -static_cast<float>(i % 1000);
+    }
+    return x;
+  };
+  for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 640, 1000, 50257})
+    for (int variant = 0; variant < 5; ++variant) {
+      const Tensor x = floats({3, n}, variant);
+      for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{5}, n / 64, n / 64 + 1, n / 2, n, int64_t{-1}}) {
+        if (k > n) continue;
+        for (bool largest : {true, false}) check(x, k, largest, 1);
+      }
+    }
+  // A strided line (dim 0), and the other dtypes (integer keys, narrow ones sorted in fewer passes).
+  const Tensor columns = floats({700, 5}, 2);
+  for (int64_t k : {3, 11, 700}) check(columns, k, true, 0);
+  for (DType dtype : {DType::F64, DType::I64, DType::I32})
+    for (int64_t k : {2, 40, -1})
+      for (bool largest : {true, false})
+        check(test::random_tensor(dtype, {4, 500}, rng, -50, 50), k, largest, 1);
+  Tensor bytes = Tensor::empty(DType::I8, {2, 300});
+  Tensor unsigned_bytes = Tensor::empty(DType::U8, {2, 300});
+  for (int64_t i = 0; i < bytes.numel(); ++i) {
+    bytes.data<int8_t>()[i] = static_cast<int8_t>(rng());
+    unsigned_bytes.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  }
+  for (int64_t k : {4, 300})
+    for (bool largest : {true, false}) {
+      check(bytes, k, largest, 1);
+      check(unsigned_bytes, k, largest, 1);
+    }
+  check(test::tensor_of({}, {2.5f}), 1, true, 0);
 }
 
 TEST(OpsReduction, Avx2DeclinesWhatTheReferenceTakes) {
