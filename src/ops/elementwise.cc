@@ -644,6 +644,28 @@ ArrayFn leaky_relu_avx2(const KernelSpec& spec) {
   };
 }
 
+// Parameters as the reference converts them: each to f32 first, alpha * scale then in double.
+ArrayFn elu_avx2(const KernelSpec& spec) {
+  const Elu e(spec.node);
+  const float scale = static_cast<float>(e.scale);
+  const auto negative_factor = static_cast<float>(
+      static_cast<double>(static_cast<float>(e.alpha)) * static_cast<double>(scale));
+  return [scale, input_scale = static_cast<float>(e.input_scale), negative_factor](
+             const void* const* in, const int64_t*, void* out, int64_t n) {
+    cpu::avx2::elu(static_cast<const float*>(in[0]), static_cast<float*>(out), n, scale,
+                   input_scale, negative_factor);
+  };
+}
+
+ArrayFn softplus_avx2(const KernelSpec& spec) {
+  const Softplus p(spec.node);
+  return [beta = static_cast<float>(p.beta), threshold = static_cast<float>(p.threshold)](
+             const void* const* in, const int64_t*, void* out, int64_t n) {
+    cpu::avx2::softplus(static_cast<const float*>(in[0]), static_cast<float*>(out), n, beta,
+                        threshold);
+  };
+}
+
 ArrayFn round_avx2(const KernelSpec& spec) {
   if (spec.node.attr_int("decimals") != 0) return {};
   return unary_vector(&cpu::avx2::round);
@@ -710,9 +732,9 @@ const std::vector<OpEntry>& op_table() {
       entry<Abs, kNumeric>("abs", {}, KILN_AVX2(unary_avx2<&cpu::avx2::abs>)),
       entry<Sign, kAny>("sign"),
       entry<Exp, kFloating>("exp", {}, KILN_AVX2(unary_avx2<&cpu::avx2::exp>)),
-      entry<Expm1, kFloating>("expm1"),
+      entry<Expm1, kFloating>("expm1", {}, KILN_AVX2(unary_avx2<&cpu::avx2::expm1>)),
       entry<Log, kFloating>("log", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log>)),
-      entry<Log1p, kFloating>("log1p"),
+      entry<Log1p, kFloating>("log1p", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log1p>)),
       entry<Log2, kFloating>("log2"),
       entry<Sqrt, kFloating>("sqrt", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sqrt>)),
       entry<Rsqrt, kFloating>("rsqrt", {}, KILN_AVX2(unary_avx2<&cpu::avx2::rsqrt>)),
@@ -730,15 +752,17 @@ const std::vector<OpEntry>& op_table() {
                                                KILN_AVX2(unary_avx2<&cpu::avx2::gelu_tanh>)),
                    "approximate", "tanh"),
       entry<Silu, kFloatOnly>("silu", {}, KILN_AVX2(unary_avx2<&cpu::avx2::silu>)),
-      entry<Mish, kFloatOnly>("mish"),
+      entry<Mish, kFloatOnly>("mish", {}, KILN_AVX2(unary_avx2<&cpu::avx2::mish>)),
       entry<Hardswish, kFloatOnly>("hardswish", {},
                                    KILN_AVX2(unary_avx2<&cpu::avx2::hardswish>)),
       entry<Hardsigmoid, kFloatOnly>("hardsigmoid", {},
                                      KILN_AVX2(unary_avx2<&cpu::avx2::hardsigmoid>)),
       entry<LeakyRelu, kFloatOnly>("leaky_relu", {A{"negative_slope", 0.01}},
                                    KILN_AVX2(leaky_relu_avx2)),
-      entry<Elu, kFloatOnly>("elu", {A{"alpha", 1.0}, A{"scale", 1.0}, A{"input_scale", 1.0}}),
-      entry<Softplus, kFloatOnly>("softplus", {A{"beta", 1.0}, A{"threshold", 20.0}}),
+      entry<Elu, kFloatOnly>("elu", {A{"alpha", 1.0}, A{"scale", 1.0}, A{"input_scale", 1.0}},
+                            KILN_AVX2(elu_avx2)),
+      entry<Softplus, kFloatOnly>("softplus", {A{"beta", 1.0}, A{"threshold", 20.0}},
+                                 KILN_AVX2(softplus_avx2)),
       with_check(entry<Clamp, kNumeric>("hardtanh", {A{"min_val", -1.0}, A{"max_val", 1.0}},
                                         KILN_AVX2(clamp_avx2)),
                  &check_bounds),

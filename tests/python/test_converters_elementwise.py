@@ -219,9 +219,9 @@ UNARY = [
     (torch.abs, 0), (torch.neg, 0), (torch.sign, 0), (torch.relu, 0),
     (torch.floor, 0), (torch.ceil, 0), (torch.trunc, 0), (torch.round, 0),
     (torch.reciprocal, 0), (torch.sqrt, 1), (torch.rsqrt, 2),
-    (torch.exp, 2), (torch.expm1, 1), (torch.log, 2), (torch.log1p, 1), (torch.log2, 1),
+    (torch.exp, 2), (torch.expm1, 2), (torch.log, 2), (torch.log1p, 3), (torch.log2, 1),
     (torch.sin, 1), (torch.cos, 1), (torch.tanh, 3), (torch.sigmoid, 4), (torch.erf, 2),
-    (F.silu, 5), (F.mish, 3), (F.hardswish, 0), (F.hardsigmoid, 0),
+    (F.silu, 5), (F.mish, 9), (F.hardswish, 0), (F.hardsigmoid, 0),
 ]
 
 
@@ -265,8 +265,8 @@ def test_activations_with_parameters():
     check(lambda x: F.leaky_relu(x), "x")
     check(lambda x: F.elu(x), "x", ulp=2)
     check(lambda x: F.elu(x, alpha=0.5), "x", ulp=2)
-    check(lambda x: F.softplus(x), "x", ulp=2)
-    check(lambda x: F.softplus(x, beta=2, threshold=5), "x", ulp=2)
+    check(lambda x: F.softplus(x), "x", ulp=4)
+    check(lambda x: F.softplus(x, beta=2, threshold=5), "x", ulp=4)
     check(lambda x: F.hardtanh(x), "x")
     check(lambda x: F.hardtanh(x, -0.5, 2), "x")
     check(lambda x: F.relu6(x), "x")

@@ -211,6 +211,9 @@ KILN_TARGET_AVX2 inline __m256 reciprocal_square_v(__m256 x) {
 KILN_TARGET_AVX2 inline __m256 erf_v(__m256 x) { return avx2::erf(x); }
 KILN_TARGET_AVX2 inline __m256 log_v(__m256 x) { return avx2::log(x); }
 KILN_TARGET_AVX2 inline __m256 silu_v(__m256 x) { return avx2::silu(x); }
+KILN_TARGET_AVX2 inline __m256 expm1_v(__m256 x) { return avx2::expm1(x); }
+KILN_TARGET_AVX2 inline __m256 log1p_v(__m256 x) { return avx2::log1p(x); }
+KILN_TARGET_AVX2 inline __m256 mish_v(__m256 x) { return avx2::mish(x); }
 // min(max(x + 3, 0), 6) with NaN passing through (max and min return their second operand on
 // NaN), as PyTorch's vectorized maximum and minimum.
 KILN_TARGET_AVX2 inline __m256 relu6_of_x_plus_3(__m256 x) {
@@ -235,6 +238,27 @@ struct LeakyReluOp {
   KILN_TARGET_AVX2 __m256 apply(__m256 x) const {
     return _mm256_blendv_ps(_mm256_mul_ps(x, slope), x,
                             _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+  }
+};
+
+// The reference's branches: x * scale above 0, else expm1(x * input_scale) * negative_factor
+// (alpha * scale, rounded once).
+struct EluOp {
+  __m256 scale, input_scale, negative_factor;
+  KILN_TARGET_AVX2 __m256 apply(__m256 x) const {
+    const __m256 negative =
+        _mm256_mul_ps(avx2::expm1(_mm256_mul_ps(x, input_scale)), negative_factor);
+    return _mm256_blendv_ps(negative, _mm256_mul_ps(x, scale),
+                            _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+  }
+};
+// x where x * beta > threshold, else log1p(exp(x * beta)) / beta.
+struct SoftplusOp {
+  __m256 beta, threshold;
+  KILN_TARGET_AVX2 __m256 apply(__m256 x) const {
+    const __m256 t = _mm256_mul_ps(x, beta);
+    return _mm256_blendv_ps(_mm256_div_ps(avx2::log1p(avx2::exp(t)), beta), x,
+                            _mm256_cmp_ps(t, threshold, _CMP_GT_OQ));
   }
 };
 
@@ -297,6 +321,9 @@ KILN_UNARY(reciprocal_square)
 KILN_UNARY(erf)
 KILN_UNARY(log)
 KILN_UNARY(silu)
+KILN_UNARY(expm1)
+KILN_UNARY(log1p)
+KILN_UNARY(mish)
 KILN_UNARY(hardswish)
 KILN_UNARY(hardsigmoid)
 #undef KILN_UNARY
@@ -306,6 +333,14 @@ KILN_TARGET_AVX2 void clamp(const float* in, float* out, int64_t n, float lo, fl
 }
 KILN_TARGET_AVX2 void leaky_relu(const float* in, float* out, int64_t n, float negative_slope) {
   unary(LeakyReluOp{splat(negative_slope)}, in, out, n);
+}
+KILN_TARGET_AVX2 void elu(const float* in, float* out, int64_t n, float scale, float input_scale,
+                          float negative_factor) {
+  unary(EluOp{splat(scale), splat(input_scale), splat(negative_factor)}, in, out, n);
+}
+KILN_TARGET_AVX2 void softplus(const float* in, float* out, int64_t n, float beta,
+                               float threshold) {
+  unary(SoftplusOp{splat(beta), splat(threshold)}, in, out, n);
 }
 
 #define KILN_BINARY(name)                                                           \

@@ -80,6 +80,9 @@ void reciprocal_square(const float* in, float* out, int64_t n);
 void erf(const float* in, float* out, int64_t n);
 void log(const float* in, float* out, int64_t n);
 void silu(const float* in, float* out, int64_t n);
+void expm1(const float* in, float* out, int64_t n);
+void log1p(const float* in, float* out, int64_t n);
+void mish(const float* in, float* out, int64_t n);  // x * tanh(log1p(exp(x)))
 // PyTorch's formulas, rounded as it computes them: x * min(max(x + 3, 0), 6) / 6 and
 // min(max(x + 3, 0), 6) / 6.
 void hardswish(const float* in, float* out, int64_t n);
@@ -88,6 +91,11 @@ void hardsigmoid(const float* in, float* out, int64_t n);
 void clamp(const float* in, float* out, int64_t n, float lo, float hi);
 // x > 0 ? x : x * negative_slope.
 void leaky_relu(const float* in, float* out, int64_t n, float negative_slope);
+// x > 0 ? x * scale : expm1(x * input_scale) * negative_factor (alpha * scale).
+void elu(const float* in, float* out, int64_t n, float scale, float input_scale,
+         float negative_factor);
+// x * beta > threshold ? x : log1p(exp(x * beta)) / beta.
+void softplus(const float* in, float* out, int64_t n, float beta, float threshold);
 
 void add(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
 void sub(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);

@@ -511,6 +511,47 @@ KILN_VEC __m256 log(__m256 x) {
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, splat(3.40282347e+38f), _CMP_NLE_UQ));
 }
 
+// expm1(x) = 2^n (1 + q) - 1 = fma(2^n, q, 2^n - 1) with exp's reduction x = n ln2 + r and
+// q = e^r - 1 (tanh's E): near 0 (n = 0) it is q itself, so it keeps its relative accuracy, and
+// 2^n - 1 is exact down to n = -24. x is clamped to [-18, 80] (NaN passes: the constants come
+// first); below -17.3 the result rounds to -1, and above 80 it is exp(x), whose overflow exp
+// handles (the -1 is far below its ULP). The sign of x goes on last (-0 stays -0).
+KILN_VEC __m256 expm1(__m256 x) {
+  const __m256 clamped = _mm256_min_ps(splat(80.0f), _mm256_max_ps(splat(-18.0f), x));
+  const ExpReduced e = exp_reduce(clamped);
+  const __m256 scale = pow2(_mm256_cvtps_epi32(e.n));
+  __m256 result = _mm256_fmadd_ps(scale, exp_polynomial_minus_one(e.r),
+                                  _mm256_sub_ps(scale, splat(1.0f)));
+  const __m256 large = _mm256_cmp_ps(x, splat(80.0f), _CMP_GT_OQ);
+  if (_mm256_movemask_ps(large)) [[unlikely]]
+    result = _mm256_blendv_ps(result, exp(x), large);
+  return _mm256_or_ps(result, sign_bits(x));
+}
+
+// log1p(x) = log(u) * (x / (u - 1)) with u = 1 + x rounded (Goldberg): the quotient undoes u's
+// rounding to first order. x itself where u = 1 (|x| below half an ULP of 1; -0 stays -0), and u
+// where it is +inf. -1 gives -inf, below -1 NaN, as log does.
+KILN_VEC __m256 log1p(__m256 x) {
+  const __m256 u = _mm256_add_ps(splat(1.0f), x);
+  const __m256 d = _mm256_sub_ps(u, splat(1.0f));
+  __m256 result = _mm256_mul_ps(log(u), _mm256_div_ps(x, d));
+  result = _mm256_blendv_ps(result, x, _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_EQ_OQ));
+  return _mm256_blendv_ps(result, u, _mm256_cmp_ps(u, splat(__builtin_inff()), _CMP_EQ_OQ));
+}
+
+// mish(x) = x tanh(log1p(e^x)), PyTorch's formula. Below -17, tanh(log1p(e^x)) is e^x within
+// half an ULP, and x e^x is taken as x times exp's m, scaled by 2^n last: a subnormal e^x alone
+// would have lost most of its digits before the product.
+KILN_VEC __m256 mish(__m256 x) {
+  __m256 result = _mm256_mul_ps(x, tanh(log1p(exp(x))));
+  const __m256 tiny = _mm256_cmp_ps(x, splat(-17.0f), _CMP_LT_OQ);
+  if (_mm256_movemask_ps(tiny)) {
+    const ExpParts e = exp_parts(x, _mm256_setzero_ps());
+    result = _mm256_blendv_ps(result, ldexp(_mm256_mul_ps(x, e.m), e.n), tiny);
+  }
+  return result;
+}
+
 // x / (1 + exp(-x)); below -87, x sigmoid(x) scaled by 2^n last, so that a subnormal result is
 // rounded once.
 KILN_VEC __m256 silu(__m256 x) {
