@@ -97,6 +97,8 @@ const std::vector<UnaryCase>& unary_cases() {
       {"elu", {{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}}, 2, true},
       {"softplus", {}, 3, true},
       {"softplus", {{"beta", 2.0}, {"threshold", 10.0}}, 3, true},
+      {"sin", {}, 2, true},
+      {"cos", {}, 2, true},
       {"hardswish", {}, 0, false},
       {"hardsigmoid", {}, 0, false},
       {"leaky_relu", {{"negative_slope", 0.2}}, 0, false},

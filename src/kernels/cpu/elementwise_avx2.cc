@@ -214,6 +214,8 @@ KILN_TARGET_AVX2 inline __m256 silu_v(__m256 x) { return avx2::silu(x); }
 KILN_TARGET_AVX2 inline __m256 expm1_v(__m256 x) { return avx2::expm1(x); }
 KILN_TARGET_AVX2 inline __m256 log1p_v(__m256 x) { return avx2::log1p(x); }
 KILN_TARGET_AVX2 inline __m256 mish_v(__m256 x) { return avx2::mish(x); }
+KILN_TARGET_AVX2 inline __m256 sin_v(__m256 x) { return avx2::sin_cos<false>(x); }
+KILN_TARGET_AVX2 inline __m256 cos_v(__m256 x) { return avx2::sin_cos<true>(x); }
 // min(max(x + 3, 0), 6) with NaN passing through (max and min return their second operand on
 // NaN), as PyTorch's vectorized maximum and minimum.
 KILN_TARGET_AVX2 inline __m256 relu6_of_x_plus_3(__m256 x) {
@@ -324,6 +326,8 @@ KILN_UNARY(silu)
 KILN_UNARY(expm1)
 KILN_UNARY(log1p)
 KILN_UNARY(mish)
+KILN_UNARY(sin)
+KILN_UNARY(cos)
 KILN_UNARY(hardswish)
 KILN_UNARY(hardsigmoid)
 #undef KILN_UNARY

@@ -83,6 +83,8 @@ void silu(const float* in, float* out, int64_t n);
 void expm1(const float* in, float* out, int64_t n);
 void log1p(const float* in, float* out, int64_t n);
 void mish(const float* in, float* out, int64_t n);  // x * tanh(log1p(exp(x)))
+void sin(const float* in, float* out, int64_t n);
+void cos(const float* in, float* out, int64_t n);
 // PyTorch's formulas, rounded as it computes them: x * min(max(x + 3, 0), 6) / 6 and
 // min(max(x + 3, 0), 6) / 6.
 void hardswish(const float* in, float* out, int64_t n);

@@ -8,6 +8,7 @@
 #ifdef KILN_X86
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace kiln::cpu::avx2 {
@@ -550,6 +551,56 @@ KILN_VEC __m256 mish(__m256 x) {
     result = _mm256_blendv_ps(result, ldexp(_mm256_mul_ps(x, e.m), e.n), tiny);
   }
   return result;
+}
+
+// sin (kCos false) or cos: x = j pi/2 + r, |r| <= pi/4, the reduction in double with pi/2 in two
+// parts (fdlibm's: the first has 33 bits, so j times it is exact): near a zero of the result r
+// is tiny and must keep its relative accuracy, which an f32 reduction loses (hundreds of ULP
+// near x = 4477). Then Cephes' sinf and cosf polynomials of r in f32, chosen and signed by the
+// quadrant j mod 4 (j + 1 for cos). Lanes beyond |x| = 2^20 (j must stay below 2^20 for j times
+// the 33-bit part to be exact), and inf and NaN, are computed in double as the reference does
+// (std::sin, std::cos), lane by lane: a lane's bits depend on its value only.
+KILN_VEC __m128 reduced_half(__m128 x, __m128 j) {
+  const __m256d jd = _mm256_cvtps_pd(j);
+  __m256d r = _mm256_fnmadd_pd(jd, _mm256_set1_pd(1.57079632673412561417e+00), _mm256_cvtps_pd(x));
+  r = _mm256_fnmadd_pd(jd, _mm256_set1_pd(6.07710050650619224932e-11), r);
+  return _mm256_cvtpd_ps(r);
+}
+template <bool kCos>
+KILN_VEC __m256 sin_cos(__m256 x) {
+  const __m256 j = _mm256_round_ps(_mm256_mul_ps(x, splat(0.636619772367581343f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_set_m128(
+      reduced_half(_mm256_extractf128_ps(x, 1), _mm256_extractf128_ps(j, 1)),
+      reduced_half(_mm256_castps256_ps128(x), _mm256_castps256_ps128(j)));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  static constexpr float kSin[] = {-1.6666654611e-1f, 8.3321608736e-3f, -1.9515295891e-4f};
+  static constexpr float kCosTerms[] = {4.166664568298827e-2f, -1.388731625493765e-3f,
+                                        2.443315711809948e-5f};
+  const __m256 sin_r = _mm256_fmadd_ps(_mm256_mul_ps(r2, r), polynomial(r2, kSin), r);
+  const __m256 cos_r = _mm256_fmadd_ps(_mm256_mul_ps(r2, r2), polynomial(r2, kCosTerms),
+                                       _mm256_fnmadd_ps(r2, splat(0.5f), splat(1.0f)));
+  __m256i quadrant = _mm256_cvtps_epi32(j);
+  if constexpr (kCos) quadrant = _mm256_add_epi32(quadrant, _mm256_set1_epi32(1));
+  // Bit 0 of the quadrant (two's complement: mod 4 for negative j too) picks cos r, bit 1
+  // negates; each moved to the sign bit, which blendv and xor read.
+  __m256 y = _mm256_blendv_ps(sin_r, cos_r, _mm256_castsi256_ps(_mm256_slli_epi32(quadrant, 31)));
+  y = _mm256_xor_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(quadrant, 1), 31)));
+  if constexpr (!kCos)  // sin(-0) = -0, where r came out +0
+    y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
+  const int beyond = _mm256_movemask_ps(_mm256_cmp_ps(abs(x), splat(1048576.0f), _CMP_NLE_UQ));
+  if (beyond) [[unlikely]] {
+    alignas(32) float lanes[8], results[8];
+    _mm256_store_ps(lanes, x);
+    _mm256_store_ps(results, y);
+    for (int l = 0; l < 8; ++l)
+      if (beyond >> l & 1) {
+        const double v = lanes[l];
+        results[l] = static_cast<float>(kCos ? std::cos(v) : std::sin(v));
+      }
+    y = _mm256_load_ps(results);
+  }
+  return y;
 }
 
 // x / (1 + exp(-x)); below -87, x sigmoid(x) scaled by 2^n last, so that a subnormal result is
