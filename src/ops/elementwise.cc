@@ -735,7 +735,7 @@ const std::vector<OpEntry>& op_table() {
       entry<Expm1, kFloating>("expm1", {}, KILN_AVX2(unary_avx2<&cpu::avx2::expm1>)),
       entry<Log, kFloating>("log", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log>)),
       entry<Log1p, kFloating>("log1p", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log1p>)),
-      entry<Log2, kFloating>("log2"),
+      entry<Log2, kFloating>("log2", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log2>)),
       entry<Sqrt, kFloating>("sqrt", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sqrt>)),
       entry<Rsqrt, kFloating>("rsqrt", {}, KILN_AVX2(unary_avx2<&cpu::avx2::rsqrt>)),
       entry<Reciprocal, kFloating>("reciprocal", {},

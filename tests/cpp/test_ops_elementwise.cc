@@ -92,6 +92,7 @@ const std::vector<UnaryCase>& unary_cases() {
       {"gelu", {{"approximate", std::string("tanh")}}, 3, true},
       {"expm1", {}, 1, true},
       {"log1p", {}, 2, true},
+      {"log2", {}, 1, true},
       {"mish", {}, 6, true},
       {"elu", {}, 1, true},
       {"elu", {{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}}, 2, true},

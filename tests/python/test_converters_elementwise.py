@@ -219,7 +219,7 @@ UNARY = [
     (torch.abs, 0), (torch.neg, 0), (torch.sign, 0), (torch.relu, 0),
     (torch.floor, 0), (torch.ceil, 0), (torch.trunc, 0), (torch.round, 0),
     (torch.reciprocal, 0), (torch.sqrt, 1), (torch.rsqrt, 2),
-    (torch.exp, 2), (torch.expm1, 2), (torch.log, 2), (torch.log1p, 3), (torch.log2, 1),
+    (torch.exp, 2), (torch.expm1, 2), (torch.log, 2), (torch.log1p, 3), (torch.log2, 2),
     (torch.sin, 3), (torch.cos, 3), (torch.tanh, 3), (torch.sigmoid, 4), (torch.erf, 2),
     (F.silu, 5), (F.mish, 9), (F.hardswish, 0), (F.hardsigmoid, 0),
 ]

@@ -213,6 +213,7 @@ KILN_TARGET_AVX2 inline __m256 log_v(__m256 x) { return avx2::log(x); }
 KILN_TARGET_AVX2 inline __m256 silu_v(__m256 x) { return avx2::silu(x); }
 KILN_TARGET_AVX2 inline __m256 expm1_v(__m256 x) { return avx2::expm1(x); }
 KILN_TARGET_AVX2 inline __m256 log1p_v(__m256 x) { return avx2::log1p(x); }
+KILN_TARGET_AVX2 inline __m256 log2_v(__m256 x) { return avx2::log2(x); }
 KILN_TARGET_AVX2 inline __m256 mish_v(__m256 x) { return avx2::mish(x); }
 KILN_TARGET_AVX2 inline __m256 sin_v(__m256 x) { return avx2::sin_cos<false>(x); }
 KILN_TARGET_AVX2 inline __m256 cos_v(__m256 x) { return avx2::sin_cos<true>(x); }
@@ -325,6 +326,7 @@ KILN_UNARY(log)
 KILN_UNARY(silu)
 KILN_UNARY(expm1)
 KILN_UNARY(log1p)
+KILN_UNARY(log2)
 KILN_UNARY(mish)
 KILN_UNARY(sin)
 KILN_UNARY(cos)

@@ -82,6 +82,7 @@ void log(const float* in, float* out, int64_t n);
 void silu(const float* in, float* out, int64_t n);
 void expm1(const float* in, float* out, int64_t n);
 void log1p(const float* in, float* out, int64_t n);
+void log2(const float* in, float* out, int64_t n);
 void mish(const float* in, float* out, int64_t n);  // x * tanh(log1p(exp(x)))
 void sin(const float* in, float* out, int64_t n);
 void cos(const float* in, float* out, int64_t n);

@@ -476,7 +476,10 @@ KILN_VEC __m256 erf(__m256 x) {
 // log(x) (Cephes logf): x = 2^e m with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact),
 // log(m) = f - f^2/2 + f^3 P(f), and e ln2 in two parts so that e * ln2_hi is exact. Subnormal
 // inputs are scaled by 2^23 first; 0 gives -inf, negative inputs NaN, +inf and NaN themselves.
-KILN_VEC __m256 log(__m256 x) {
+struct LogParts {
+  __m256 e, f, f2, cubic;  // cubic = f^3 P(f)
+};
+KILN_VEC LogParts log_parts(__m256 x) {
   const __m256 subnormal = _mm256_cmp_ps(x, splat(1.17549435e-38f), _CMP_LT_OQ);
   const __m256 scaled = _mm256_blendv_ps(x, _mm256_mul_ps(x, splat(8388608.0f)), subnormal);
   const __m256i bits = _mm256_castps_si256(scaled);
@@ -489,27 +492,43 @@ KILN_VEC __m256 log(__m256 x) {
   const __m256 high = _mm256_cmp_ps(m, splat(1.41421356f), _CMP_GT_OQ);
   m = _mm256_blendv_ps(m, _mm256_mul_ps(m, splat(0.5f)), high);
   exponent = _mm256_sub_epi32(exponent, _mm256_castps_si256(high));  // mask is -1: adds 1
-  const __m256 e = _mm256_cvtepi32_ps(exponent);
   const __m256 f = _mm256_sub_ps(m, splat(1.0f));
   static constexpr float P[] = {3.3333331174e-1f, -2.4999993993e-1f, 2.0000714765e-1f,
                                 -1.6668057665e-1f, 1.4249322787e-1f, -1.2420140846e-1f,
                                 1.1676998740e-1f, -1.1514610310e-1f, 7.0376836292e-2f};
   const __m256 f2 = _mm256_mul_ps(f, f);
-  __m256 y = _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, P));
-  y = _mm256_fmadd_ps(e, splat(-2.12194440e-4f), y);
-  y = _mm256_fnmadd_ps(f2, splat(0.5f), y);
-  // e ln2_hi + f with its rounding error kept (Fast2Sum: |e ln2_hi| >= |f| unless e = 0, where
-  // the sum is exact), so that the result rounds once.
-  const __m256 t = _mm256_mul_ps(e, splat(0.693359375f));
-  const __m256 sum = _mm256_add_ps(t, f);
-  const __m256 sum_error = _mm256_add_ps(_mm256_sub_ps(t, sum), f);
-  __m256 result = _mm256_add_ps(sum, _mm256_add_ps(sum_error, y));
+  return {_mm256_cvtepi32_ps(exponent), f, f2, _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, P))};
+}
+// log's and log2's values at 0 (-inf), below (NaN), +inf and NaN (themselves).
+KILN_VEC __m256 with_log_specials(__m256 result, __m256 x) {
   result = _mm256_blendv_ps(result, splat(-__builtin_inff()),
                             _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
   result = _mm256_blendv_ps(result, splat(__builtin_nanf("")),
                             _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
-  // +inf and NaN come back as they are.
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, splat(3.40282347e+38f), _CMP_NLE_UQ));
+}
+KILN_VEC __m256 log(__m256 x) {
+  const LogParts p = log_parts(x);
+  __m256 y = _mm256_fmadd_ps(p.e, splat(-2.12194440e-4f), p.cubic);
+  y = _mm256_fnmadd_ps(p.f2, splat(0.5f), y);
+  // e ln2_hi + f with its rounding error kept (Fast2Sum: |e ln2_hi| >= |f| unless e = 0, where
+  // the sum is exact), so that the result rounds once.
+  const __m256 t = _mm256_mul_ps(p.e, splat(0.693359375f));
+  const __m256 sum = _mm256_add_ps(t, p.f);
+  const __m256 sum_error = _mm256_add_ps(_mm256_sub_ps(t, sum), p.f);
+  return with_log_specials(_mm256_add_ps(sum, _mm256_add_ps(sum_error, y)), x);
+}
+
+// log2(x) = e + log(m) log2(e) with log(m) = f + y from log's parts: powers of two give e
+// exactly (f = y = 0); f log2(e) is taken with log2(e) in two parts, so that e plus it rounds once
+// more.
+KILN_VEC __m256 log2(__m256 x) {
+  const LogParts p = log_parts(x);
+  const __m256 y = _mm256_fnmadd_ps(p.f2, splat(0.5f), p.cubic);
+  const __m256 log2_e_hi = splat(1.44269502162933349609f), log2_e_lo = splat(1.92596303e-8f);
+  const __m256 log2_m = _mm256_fmadd_ps(
+      p.f, log2_e_hi, _mm256_fmadd_ps(y, log2_e_hi, _mm256_mul_ps(p.f, log2_e_lo)));
+  return with_log_specials(_mm256_add_ps(p.e, log2_m), x);
 }
 
 // expm1(x) = 2^n (1 + q) - 1 = fma(2^n, q, 2^n - 1) with exp's reduction x = n ln2 + r and
