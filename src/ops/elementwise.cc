@@ -795,8 +795,10 @@ const std::vector<OpEntry>& op_table() {
       entry<Pow, kNumeric, 2>("pow", {}, KILN_AVX2(pow_avx2)),
       entry<Maximum, kAny, 2>("maximum", {}, KILN_AVX2(binary_avx2<&cpu::avx2::maximum>)),
       entry<Minimum, kAny, 2>("minimum", {}, KILN_AVX2(binary_avx2<&cpu::avx2::minimum>)),
-      checking_divisor(entry<Fmod, kNumeric, 2>("fmod")),
-      checking_divisor(entry<Remainder, kNumeric, 2>("remainder")),
+      checking_divisor(
+          entry<Fmod, kNumeric, 2>("fmod", {}, KILN_AVX2(binary_avx2<&cpu::avx2::fmod>))),
+      checking_divisor(entry<Remainder, kNumeric, 2>(
+          "remainder", {}, KILN_AVX2(binary_avx2<&cpu::avx2::remainder>))),
       entry<Comparison<std::equal_to<>>, kPredicate, 2>("eq", {},
                                                        KILN_AVX2(compare_avx2<&cpu::avx2::eq>)),
       entry<Comparison<std::not_equal_to<>>, kPredicate, 2>(

@@ -920,8 +920,8 @@ const std::vector<std::pair<Sizes, Sizes>>& broadcast_patterns() {
 TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
   if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
   std::mt19937 rng(11);
-  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le",
-                         "gt", "ge"}) {
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum", "fmod", "remainder",
+                         "eq", "ne", "lt", "le", "gt", "ge"}) {
     for (const auto& [a_sizes, b_sizes] : broadcast_patterns()) {
       // The large patterns once: the loops are shared.
       if (num_elements(a_sizes) + num_elements(b_sizes) > 100000 && std::string(op) != "add" &&
@@ -952,6 +952,33 @@ TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
       test::sprinkle_extremes(a, rng);
       expect_matches_reference(*node.node, {a, b}, 0);
     }
+  }
+}
+
+// fmod and remainder are exact (the reference's std::fmod): quotients a / b just below, at and
+// just above integers up to 2^25 (the double division rounding up to an integer, and the scalar
+// path past 2^24), divisors from subnormal to 1e30 of both signs, and zeros of both signs.
+TEST(OpsElementwise, Avx2FmodAndRemainderAreExact) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(23);
+  const int64_t n = 20000;
+  Tensor a = Tensor::empty(DType::F32, {n}), b = Tensor::empty(DType::F32, {n});
+  std::uniform_real_distribution<float> unit(1, 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const float divisor = (rng() % 2 ? 1 : -1) * unit(rng) *
+                          std::ldexp(1.0f, static_cast<int>(rng() % 240) - 140);
+    const float quotient = static_cast<float>(rng() % (1u << (1 + rng() % 25)));
+    float dividend = (rng() % 2 ? 1 : -1) * quotient * divisor;
+    for (uint32_t steps = rng() % 3; steps > 0; --steps)  // just off the multiple
+      dividend = std::nextafter(dividend, rng() % 2 ? kInf : -kInf);
+    if (rng() % 50 == 0) dividend = rng() % 2 ? 0.0f : -0.0f;
+    a.data<float>()[i] = dividend;
+    b.data<float>()[i] = divisor;
+  }
+  for (const char* op : {"fmod", "remainder"}) {
+    SCOPED_TRACE(op);
+    OneNode node(op, {type_of(DType::F32, {n}), type_of(DType::F32, {n})});
+    expect_matches_reference(*node.node, {a, b}, 0);
   }
 }
 

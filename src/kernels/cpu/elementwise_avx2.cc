@@ -3,6 +3,7 @@
 #ifdef KILN_X86
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -281,6 +282,48 @@ KILN_TARGET_AVX2 inline __m256 minimum_v(__m256 a, __m256 b) {
   return _mm256_blendv_ps(_mm256_min_ps(b, a), b, _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
 }
 
+// fmod(a, b), exactly (C's fmod is): in double, q = trunc(a / b) and r = a - q b. Where
+// |a / b| < 2^24 the division can't round across an integer (a nonzero a - N b is a multiple of
+// the smaller of a's and b's ULPs, which puts a / b at least 2^-24 of itself, or 2^-24, away from
+// N, far beyond the double's rounding), so q is exact, and so is r (q < 2^24 and b have 48 bits
+// between them). r takes a's sign (a zero result too). Lanes with |a / b| >= 2^24, a zero or
+// infinite b, an infinite a or a NaN take std::fmod, lane by lane.
+KILN_TARGET_AVX2 inline __m128 fmod_half(__m128 a32, __m128 b32) {
+  const __m256d a = _mm256_cvtps_pd(a32), b = _mm256_cvtps_pd(b32);
+  const __m256d q = _mm256_round_pd(_mm256_div_pd(a, b), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256d r = _mm256_fnmadd_pd(q, b, a);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  return _mm256_cvtpd_ps(_mm256_or_pd(_mm256_andnot_pd(sign, r), _mm256_and_pd(sign, a)));
+}
+KILN_TARGET_AVX2 inline __m256 fmod_v(__m256 a, __m256 b) {
+  __m256 r = _mm256_set_m128(fmod_half(_mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(b, 1)),
+                             fmod_half(_mm256_castps256_ps128(a), _mm256_castps256_ps128(b)));
+  const __m256 beyond = _mm256_or_ps(
+      _mm256_cmp_ps(avx2::abs(_mm256_div_ps(a, b)), splat(16777216.0f), _CMP_NLT_UQ),
+      _mm256_cmp_ps(avx2::abs(b), splat(__builtin_inff()), _CMP_EQ_OQ));
+  if (const int lanes = _mm256_movemask_ps(beyond)) [[unlikely]] {
+    alignas(32) float x[8], y[8], out[8];
+    _mm256_store_ps(x, a);
+    _mm256_store_ps(y, b);
+    _mm256_store_ps(out, r);
+    for (int l = 0; l < 8; ++l)
+      if (lanes >> l & 1) out[l] = std::fmod(x[l], y[l]);
+    r = _mm256_load_ps(out);
+  }
+  return r;
+}
+// PyTorch's remainder of floats: fmod, plus b where the result is nonzero and its sign differs
+// from b's (in f32, rounded as PyTorch rounds it).
+KILN_TARGET_AVX2 inline __m256 remainder_v(__m256 a, __m256 b) {
+  const __m256 r = fmod_v(a, b);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 adjust =
+      _mm256_and_ps(_mm256_cmp_ps(r, zero, _CMP_NEQ_UQ),
+                    _mm256_xor_ps(_mm256_cmp_ps(b, zero, _CMP_LT_OQ),
+                                  _mm256_cmp_ps(r, zero, _CMP_LT_OQ)));
+  return _mm256_blendv_ps(r, _mm256_add_ps(r, b), adjust);
+}
+
 struct AddScaledOp {
   __m256 alpha;
   KILN_TARGET_AVX2 __m256 apply(__m256 a, __m256 b) const { return _mm256_fmadd_ps(alpha, b, a); }
@@ -360,6 +403,8 @@ KILN_BINARY(mul)
 KILN_BINARY(div)
 KILN_BINARY(maximum)
 KILN_BINARY(minimum)
+KILN_BINARY(fmod)
+KILN_BINARY(remainder)
 #undef KILN_BINARY
 
 KILN_TARGET_AVX2 void add_scaled(const float* a, int64_t a_step, const float* b, int64_t b_step,

@@ -112,6 +112,10 @@ void maximum(const float* a, int64_t a_step, const float* b, int64_t b_step, flo
              int64_t n);
 void minimum(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
              int64_t n);
+// C's fmod, exactly, and PyTorch's remainder of floats (fmod, plus b where the signs differ).
+void fmod(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
+void remainder(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
+               int64_t n);
 
 // IEEE comparisons: false with a NaN, except ne.
 void eq(const float* a, int64_t a_step, const float* b, int64_t b_step, bool* out, int64_t n);
