@@ -783,7 +783,9 @@ std::unique_ptr<KernelInstance> topk_select_kernel(const KernelSpec& spec) {
                                               std::span<void* const> out) {
     const T* x = static_cast<const T*>(in[0]);
     cpu::parallel_chunks(e.outer * e.inner, e.n, threads, [&](int64_t begin, int64_t end) {
-      cpu::TopkScratch scratch;
+      // Each thread keeps its buffers across calls: no allocation per call once it has seen lines
+      // this long.
+      thread_local cpu::TopkScratch scratch;
       for (int64_t line = begin; line < end; ++line) {
         const int64_t o = line / e.inner, i = line % e.inner;
         const T* first = x + o * e.n * e.inner + i;

@@ -149,6 +149,7 @@ namespace {
 using avx2::max_lanes;
 using avx2::splat;
 using avx2::sum_lanes;
+using avx2::transpose8;
 
 // Block sizes: a task's query rows and the keys per step, the rows a multiple of the GEMM tiles'
 // 6, the keys of their 16 columns. On the 2-core EPYC, 48-192 rows and 64-128 keys ran within a
@@ -172,25 +173,10 @@ KILN_TARGET_AVX2 void pack_keys_transposed(const float* k, int64_t k_stride, int
   for (; j + 8 <= keys; j += 8) {
     int64_t e = 0;
     for (; e + 8 <= e_count; e += 8) {
-      __m256 r[8], t[8];
+      __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k + (j + i) * k_stride + e);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-      }
-      // r[c] now holds column c of rows 0-3 in its low half and column c + 4 in its high half,
-      // r[4 + c] the same of rows 4-7 (c < 4).
-      for (int c = 0; c < 4; ++c) {
-        _mm256_storeu_ps(kt + (e + c) * kBlockK + j, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
-        _mm256_storeu_ps(kt + (e + c + 4) * kBlockK + j,
-                         _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
-      }
+      transpose8(r);
+      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(kt + (e + c) * kBlockK + j, r[c]);
     }
     for (; e < e_count; ++e)
       for (int64_t i = 0; i < 8; ++i) kt[e * kBlockK + j + i] = k[(j + i) * k_stride + e];

@@ -3,30 +3,11 @@
 #ifdef KILN_X86
 #include <immintrin.h>
 
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::cpu::avx2 {
 
 namespace {
-
-// r[i][j] becomes r[j][i].
-KILN_TARGET_AVX2 inline __attribute__((always_inline)) void transpose8(__m256 (&r)[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
 
 // 8 rows n apart: lane j of `low` and `high` is row j's (j < 4) or row j + 4's running sum.
 KILN_TARGET_AVX2 void cumsum_8_rows(const float* x, float* y, int64_t n) {

@@ -13,7 +13,7 @@ namespace kiln::cpu {
 
 using TopkEntry = std::pair<uint64_t, uint32_t>;  // (rank key, index)
 
-// Buffers one thread reuses from line to line.
+// Buffers one thread reuses from line to line and from call to call.
 struct TopkScratch {
   std::vector<TopkEntry> heap;
   std::vector<unsigned char> line;  // a strided line gathered
