@@ -256,13 +256,19 @@ struct EluOp {
                             _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
   }
 };
-// x where x * beta > threshold, else log1p(exp(x * beta)) / beta.
+// x where x * beta > threshold, else log1p(exp(x * beta)) / beta, with x * beta's rounding error
+// carried into the exponential (it would cost |x * beta| ULPs of e^(x * beta) far below 0); the
+// division is skipped for beta = 1 (exact either way).
 struct SoftplusOp {
   __m256 beta, threshold;
+  bool divides;
   KILN_TARGET_AVX2 __m256 apply(__m256 x) const {
     const __m256 t = _mm256_mul_ps(x, beta);
-    return _mm256_blendv_ps(_mm256_div_ps(avx2::log1p(avx2::exp(t)), beta), x,
-                            _mm256_cmp_ps(t, threshold, _CMP_GT_OQ));
+    const __m256 finite = _mm256_cmp_ps(avx2::abs(t), splat(__builtin_inff()), _CMP_LT_OQ);
+    const __m256 t_error = _mm256_and_ps(_mm256_fmsub_ps(x, beta, t), finite);
+    __m256 y = avx2::log1p_exp(t, t_error);
+    if (divides) y = _mm256_div_ps(y, beta);
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(t, threshold, _CMP_GT_OQ));
   }
 };
 
@@ -389,7 +395,7 @@ KILN_TARGET_AVX2 void elu(const float* in, float* out, int64_t n, float scale, f
 }
 KILN_TARGET_AVX2 void softplus(const float* in, float* out, int64_t n, float beta,
                                float threshold) {
-  unary(SoftplusOp{splat(beta), splat(threshold)}, in, out, n);
+  unary(SoftplusOp{splat(beta), splat(threshold), beta != 1.0f}, in, out, n);
 }
 
 #define KILN_BINARY(name)                                                           \

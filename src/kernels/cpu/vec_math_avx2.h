@@ -499,6 +499,15 @@ KILN_VEC __m256 erf(__m256 x) {
 struct LogParts {
   __m256 e, f, f2, cubic;  // cubic = f^3 P(f)
 };
+// The parts of 2^e m for m in [sqrt(1/2), sqrt(2)).
+KILN_VEC LogParts log_parts_of(__m256 e, __m256 m) {
+  const __m256 f = _mm256_sub_ps(m, splat(1.0f));
+  static constexpr float P[] = {3.3333331174e-1f, -2.4999993993e-1f, 2.0000714765e-1f,
+                                -1.6668057665e-1f, 1.4249322787e-1f, -1.2420140846e-1f,
+                                1.1676998740e-1f, -1.1514610310e-1f, 7.0376836292e-2f};
+  const __m256 f2 = _mm256_mul_ps(f, f);
+  return {e, f, f2, _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, P))};
+}
 KILN_VEC LogParts log_parts(__m256 x) {
   const __m256 subnormal = _mm256_cmp_ps(x, splat(1.17549435e-38f), _CMP_LT_OQ);
   const __m256 scaled = _mm256_blendv_ps(x, _mm256_mul_ps(x, splat(8388608.0f)), subnormal);
@@ -512,12 +521,18 @@ KILN_VEC LogParts log_parts(__m256 x) {
   const __m256 high = _mm256_cmp_ps(m, splat(1.41421356f), _CMP_GT_OQ);
   m = _mm256_blendv_ps(m, _mm256_mul_ps(m, splat(0.5f)), high);
   exponent = _mm256_sub_epi32(exponent, _mm256_castps_si256(high));  // mask is -1: adds 1
-  const __m256 f = _mm256_sub_ps(m, splat(1.0f));
-  static constexpr float P[] = {3.3333331174e-1f, -2.4999993993e-1f, 2.0000714765e-1f,
-                                -1.6668057665e-1f, 1.4249322787e-1f, -1.2420140846e-1f,
-                                1.1676998740e-1f, -1.1514610310e-1f, 7.0376836292e-2f};
-  const __m256 f2 = _mm256_mul_ps(f, f);
-  return {_mm256_cvtepi32_ps(exponent), f, f2, _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, P))};
+  return log_parts_of(_mm256_cvtepi32_ps(exponent), m);
+}
+// log(2^e m) = e ln2 + f + y with y = f^3 P(f) - f^2/2 + e ln2_lo: e ln2_hi + f is summed with
+// its rounding error kept (Fast2Sum: |e ln2_hi| >= |f| unless e = 0, where the sum is exact), so
+// that the result rounds once.
+KILN_VEC __m256 log_of_parts(const LogParts& p) {
+  __m256 y = _mm256_fmadd_ps(p.e, splat(-2.12194440e-4f), p.cubic);
+  y = _mm256_fnmadd_ps(p.f2, splat(0.5f), y);
+  const __m256 t = _mm256_mul_ps(p.e, splat(0.693359375f));
+  const __m256 sum = _mm256_add_ps(t, p.f);
+  const __m256 sum_error = _mm256_add_ps(_mm256_sub_ps(t, sum), p.f);
+  return _mm256_add_ps(sum, _mm256_add_ps(sum_error, y));
 }
 // log's and log2's values at 0 (-inf), below (NaN), +inf and NaN (themselves).
 KILN_VEC __m256 with_log_specials(__m256 result, __m256 x) {
@@ -527,17 +542,7 @@ KILN_VEC __m256 with_log_specials(__m256 result, __m256 x) {
                             _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, splat(3.40282347e+38f), _CMP_NLE_UQ));
 }
-KILN_VEC __m256 log(__m256 x) {
-  const LogParts p = log_parts(x);
-  __m256 y = _mm256_fmadd_ps(p.e, splat(-2.12194440e-4f), p.cubic);
-  y = _mm256_fnmadd_ps(p.f2, splat(0.5f), y);
-  // e ln2_hi + f with its rounding error kept (Fast2Sum: |e ln2_hi| >= |f| unless e = 0, where
-  // the sum is exact), so that the result rounds once.
-  const __m256 t = _mm256_mul_ps(p.e, splat(0.693359375f));
-  const __m256 sum = _mm256_add_ps(t, p.f);
-  const __m256 sum_error = _mm256_add_ps(_mm256_sub_ps(t, sum), p.f);
-  return with_log_specials(_mm256_add_ps(sum, _mm256_add_ps(sum_error, y)), x);
-}
+KILN_VEC __m256 log(__m256 x) { return with_log_specials(log_of_parts(log_parts(x)), x); }
 
 // log2(x) = e + log(m) log2(e) with log(m) = f + y from log's parts: powers of two give e
 // exactly (f = y = 0); f log2(e) is taken with log2(e) in two parts, so that e plus it rounds once
@@ -579,11 +584,32 @@ KILN_VEC __m256 log1p(__m256 x) {
   return _mm256_blendv_ps(result, u, _mm256_cmp_ps(u, splat(__builtin_inff()), _CMP_EQ_OQ));
 }
 
-// mish(x) = x tanh(log1p(e^x)), PyTorch's formula. Below -17, tanh(log1p(e^x)) is e^x within
-// half an ULP, and x e^x is taken as x times exp's m, scaled by 2^n last: a subnormal e^x alone
-// would have lost most of its digits before the product.
+// log1p(e^t) for t = hi + lo (lo the rounding error of a product hi, 0 where hi is infinite), as
+// max(t, 0) + log1p(v) with v = e^-|t| in [0, 1]: e^-|hi| corrected by lo to first order.
+// u = 1 + v lies in [1, 2], so log(u) takes no exponent extraction (e is 0 or 1) and no special
+// cases, and log1p(v) = log(u) + c / u, where c = v - (u - 1) is u's rounding error, exactly
+// (Fast2Sum). -inf gives 0; +inf and NaN themselves.
+KILN_VEC __m256 log1p_exp(__m256 hi, __m256 lo) {
+  const __m256 e = exp(_mm256_or_ps(abs(hi), splat(-0.0f)));
+  const __m256 v = _mm256_fnmadd_ps(e, _mm256_xor_ps(lo, sign_bits(hi)), e);
+  const __m256 u = _mm256_add_ps(splat(1.0f), v);
+  const __m256 c = _mm256_sub_ps(v, _mm256_sub_ps(u, splat(1.0f)));
+  const __m256 high = _mm256_cmp_ps(u, splat(1.41421356f), _CMP_GT_OQ);
+  const LogParts p = log_parts_of(_mm256_and_ps(high, splat(1.0f)),
+                                  _mm256_blendv_ps(u, _mm256_mul_ps(u, splat(0.5f)), high));
+  const __m256 positive_lo =
+      _mm256_and_ps(lo, _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GT_OQ));
+  const __m256 log1p_v = _mm256_add_ps(log_of_parts(p), _mm256_div_ps(c, u));
+  const __m256 small = _mm256_add_ps(positive_lo, log1p_v);
+  // max(0, hi) is 0 for a NaN hi, and the NaN comes through v.
+  return _mm256_add_ps(_mm256_max_ps(_mm256_setzero_ps(), hi), small);
+}
+
+// mish(x) = x tanh(log1p(e^x)), PyTorch's formula, with log1p(e^x) as softplus takes it. Below
+// -17, tanh(log1p(e^x)) is e^x within half an ULP, and x e^x is taken as x times exp's m, scaled
+// by 2^n last: a subnormal e^x alone would have lost most of its digits before the product.
 KILN_VEC __m256 mish(__m256 x) {
-  __m256 result = _mm256_mul_ps(x, tanh(log1p(exp(x))));
+  __m256 result = _mm256_mul_ps(x, tanh(log1p_exp(x, _mm256_setzero_ps())));
   const __m256 tiny = _mm256_cmp_ps(x, splat(-17.0f), _CMP_LT_OQ);
   if (_mm256_movemask_ps(tiny)) {
     const ExpParts e = exp_parts(x, _mm256_setzero_ps());
