@@ -1070,7 +1070,7 @@ TEST(OpsElementwise, Avx2RowBroadcastStreamsByTheThreadsChunk) {
 // The 16-lane transcendental kernels give the 8-lane kernels' bits: on every 1021st f32 bit
 // pattern (every exponent, subnormals, infs, NaNs: any NaN matches any), on vectors of values
 // within [-1, 1] with one lane, or one lane in each half, from every range the fast paths bound
-// (3.6, 3.74, 43.5, 87, ...), and at every tail length; for gelu (both forms) only the vectors
+// (3.6, 3.74, 17, 43.5, 87, ...), and at every tail length; for gelu (both forms) only the vectors
 // reaching beyond 7, as its 16-lane fast paths round differently (GeluFastPathsUlp below).
 TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
   if (!cpu::has_avx512f()) GTEST_SKIP() << "no AVX-512";
@@ -1079,8 +1079,8 @@ TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
     values.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> within(-1, 1);
-  for (float far : {3.55f, 3.65f, 3.7f, 3.8f, 4.1f, 8.5f, 13.5f, 43.4f, 43.6f, 86.9f, 87.1f,
-                    150.0f, -1e30f, INFINITY, NAN})
+  for (float far : {3.55f, 3.65f, 3.7f, 3.8f, 4.1f, 8.5f, 13.5f, 16.9f, -17.1f, 43.4f, 43.6f,
+                    86.9f, 87.1f, 150.0f, -1e30f, INFINITY, NAN})
     for (int lane = 0; lane < 16; ++lane) {
       for (int i = 0; i < 16; ++i) values.push_back(i == lane ? far : within(rng));
       // One in each half: the 16-lane middle paths of gelu.
@@ -1102,6 +1102,15 @@ TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
       {"erf", cpu::avx2::erf, cpu::avx512::erf, 0},
       {"gelu_erf", cpu::avx2::gelu_erf, cpu::avx512::gelu_erf, 7.0f},
       {"gelu_tanh", cpu::avx2::gelu_tanh, cpu::avx512::gelu_tanh, 7.0f},
+      {"mish", cpu::avx2::mish, cpu::avx512::mish, 0},
+      {"softplus",
+       [](const float* in, float* out, int64_t n) { cpu::avx2::softplus(in, out, n, 1, 20); },
+       [](const float* in, float* out, int64_t n) { cpu::avx512::softplus(in, out, n, 1, 20); },
+       0},
+      {"softplus, beta 0.3",
+       [](const float* in, float* out, int64_t n) { cpu::avx2::softplus(in, out, n, 0.3f, 20); },
+       [](const float* in, float* out, int64_t n) { cpu::avx512::softplus(in, out, n, 0.3f, 20); },
+       0},
   };
   // The last n elements of x (mixed vectors), through both functions; a sentinel past the end.
   // Counts the elements compared. The outputs are 64-byte aligned: a large output is written

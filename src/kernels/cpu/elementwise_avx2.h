@@ -144,6 +144,8 @@ void gelu_erf(const float* in, float* out, int64_t n);
 void gelu_tanh(const float* in, float* out, int64_t n);
 void erf(const float* in, float* out, int64_t n);
 void silu(const float* in, float* out, int64_t n);
+void mish(const float* in, float* out, int64_t n);
+void softplus(const float* in, float* out, int64_t n, float beta, float threshold);
 
 }  // namespace avx512
 

@@ -499,14 +499,14 @@ KILN_VEC __m256 erf(__m256 x) {
 struct LogParts {
   __m256 e, f, f2, cubic;  // cubic = f^3 P(f)
 };
+inline constexpr float kLogPolynomial[] = {
+    3.3333331174e-1f,  -2.4999993993e-1f, 2.0000714765e-1f,  -1.6668057665e-1f, 1.4249322787e-1f,
+    -1.2420140846e-1f, 1.1676998740e-1f,  -1.1514610310e-1f, 7.0376836292e-2f};
 // The parts of 2^e m for m in [sqrt(1/2), sqrt(2)).
 KILN_VEC LogParts log_parts_of(__m256 e, __m256 m) {
   const __m256 f = _mm256_sub_ps(m, splat(1.0f));
-  static constexpr float P[] = {3.3333331174e-1f, -2.4999993993e-1f, 2.0000714765e-1f,
-                                -1.6668057665e-1f, 1.4249322787e-1f, -1.2420140846e-1f,
-                                1.1676998740e-1f, -1.1514610310e-1f, 7.0376836292e-2f};
   const __m256 f2 = _mm256_mul_ps(f, f);
-  return {e, f, f2, _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, P))};
+  return {e, f, f2, _mm256_mul_ps(_mm256_mul_ps(f, f2), polynomial(f, kLogPolynomial))};
 }
 KILN_VEC LogParts log_parts(__m256 x) {
   const __m256 subnormal = _mm256_cmp_ps(x, splat(1.17549435e-38f), _CMP_LT_OQ);
@@ -601,7 +601,7 @@ KILN_VEC __m256 log1p_exp(__m256 hi, __m256 lo) {
       _mm256_and_ps(lo, _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GT_OQ));
   const __m256 log1p_v = _mm256_add_ps(log_of_parts(p), _mm256_div_ps(c, u));
   const __m256 small = _mm256_add_ps(positive_lo, log1p_v);
-  // max(0, hi) is 0 for a NaN hi, and the NaN comes through v.
+  // max(0, hi) passes a NaN hi on (its second operand).
   return _mm256_add_ps(_mm256_max_ps(_mm256_setzero_ps(), hi), small);
 }
 

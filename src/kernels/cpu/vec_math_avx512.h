@@ -190,6 +190,42 @@ KILN_VEC16 __m512 tanh(__m512 x) {
   return or_bits(magnitude, sign_bits(x));
 }
 
+// avx2::log_parts_of and avx2::log_of_parts: log(2^e m) for m in [sqrt(1/2), sqrt(2)).
+KILN_VEC16 __m512 log_of(__m512 e, __m512 m) {
+  const __m512 f = _mm512_sub_ps(m, splat(1.0f));
+  const __m512 f2 = _mm512_mul_ps(f, f);
+  const __m512 cubic = _mm512_mul_ps(_mm512_mul_ps(f, f2), polynomial(f, avx2::kLogPolynomial));
+  __m512 y = _mm512_fmadd_ps(e, splat(-2.12194440e-4f), cubic);
+  y = _mm512_fnmadd_ps(f2, splat(0.5f), y);
+  const __m512 t = _mm512_mul_ps(e, splat(0.693359375f));
+  const __m512 sum = _mm512_add_ps(t, f);
+  const __m512 sum_error = _mm512_add_ps(_mm512_sub_ps(t, sum), f);
+  return _mm512_add_ps(sum, _mm512_add_ps(sum_error, y));
+}
+
+// avx2::log1p_exp(hi, lo).
+KILN_VEC16 __m512 log1p_exp(__m512 hi, __m512 lo) {
+  const __m512 e = exp(or_bits(abs(hi), splat(-0.0f)));
+  const __m512 v = _mm512_fnmadd_ps(e, xor_bits(lo, sign_bits(hi)), e);
+  const __m512 u = _mm512_add_ps(splat(1.0f), v);
+  const __m512 c = _mm512_sub_ps(v, _mm512_sub_ps(u, splat(1.0f)));
+  const __mmask16 high = _mm512_cmp_ps_mask(u, splat(1.41421356f), _CMP_GT_OQ);
+  const __m512 log_u = log_of(_mm512_maskz_mov_ps(high, splat(1.0f)),
+                              _mm512_mask_mul_ps(u, high, u, splat(0.5f)));
+  const __m512 positive_lo =
+      _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GT_OQ), lo);
+  const __m512 log1p_v = _mm512_add_ps(log_u, _mm512_div_ps(c, u));
+  const __m512 small = _mm512_add_ps(positive_lo, log1p_v);
+  return _mm512_add_ps(_mm512_maskz_max_ps(kAllLanes, _mm512_setzero_ps(), hi), small);
+}
+
+// avx2::mish: vectors all within [-17, 17] here (the AVX2 function's x e^x branch lies below).
+KILN_VEC16 __m512 mish(__m512 x) {
+  if (!all_within(x, 17.0f)) [[unlikely]]
+    return by_halves<avx2::mish>(x);
+  return _mm512_mul_ps(x, tanh(log1p_exp(x, _mm512_setzero_ps())));
+}
+
 // A coefficient per lane from an 8-entry row, by the low 3 bits of `piece` (as
 // _mm256_permutevar8x32_ps picks). The row is broadcast to both halves, so the permute's fourth
 // index bit picks the same entry: one load and one permute (port 5), no masking of the index.
