@@ -1103,6 +1103,8 @@ TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
       {"gelu_erf", cpu::avx2::gelu_erf, cpu::avx512::gelu_erf, 7.0f},
       {"gelu_tanh", cpu::avx2::gelu_tanh, cpu::avx512::gelu_tanh, 7.0f},
       {"mish", cpu::avx2::mish, cpu::avx512::mish, 0},
+      {"log", cpu::avx2::log, cpu::avx512::log, 0},
+      {"log1p", cpu::avx2::log1p, cpu::avx512::log1p, 0},
       {"softplus",
        [](const float* in, float* out, int64_t n) { cpu::avx2::softplus(in, out, n, 1, 20); },
        [](const float* in, float* out, int64_t n) { cpu::avx512::softplus(in, out, n, 1, 20); },

@@ -145,6 +145,8 @@ void gelu_tanh(const float* in, float* out, int64_t n);
 void erf(const float* in, float* out, int64_t n);
 void silu(const float* in, float* out, int64_t n);
 void mish(const float* in, float* out, int64_t n);
+void log(const float* in, float* out, int64_t n);
+void log1p(const float* in, float* out, int64_t n);
 void softplus(const float* in, float* out, int64_t n, float beta, float threshold);
 
 }  // namespace avx512

@@ -78,6 +78,8 @@ KILN_UNARY16(gelu_tanh)
 KILN_UNARY16(erf)
 KILN_UNARY16(silu)
 KILN_UNARY16(mish)
+KILN_UNARY16(log)
+KILN_UNARY16(log1p)
 #undef KILN_UNARY16
 
 KILN_TARGET_AVX512 void softplus(const float* in, float* out, int64_t n, float beta,
@@ -95,7 +97,8 @@ UnaryArrayFn widest(UnaryArrayFn eight) {
       {&avx2::exp, &avx512::exp},           {&avx2::sigmoid, &avx512::sigmoid},
       {&avx2::tanh, &avx512::tanh},         {&avx2::gelu_erf, &avx512::gelu_erf},
       {&avx2::gelu_tanh, &avx512::gelu_tanh}, {&avx2::erf, &avx512::erf},
-      {&avx2::silu, &avx512::silu},         {&avx2::mish, &avx512::mish}};
+      {&avx2::silu, &avx512::silu},         {&avx2::mish, &avx512::mish},
+      {&avx2::log, &avx512::log},           {&avx2::log1p, &avx512::log1p}};
   for (const auto& [eight_lanes, sixteen_lanes] : kSixteen)
     if (eight_lanes == eight) return sixteen_lanes;
   return eight;

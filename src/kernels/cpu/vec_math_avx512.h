@@ -203,6 +203,37 @@ KILN_VEC16 __m512 log_of(__m512 e, __m512 m) {
   return _mm512_add_ps(sum, _mm512_add_ps(sum_error, y));
 }
 
+// avx2::log and avx2::log1p. x = 2^e m with m in [sqrt(1/2), sqrt(2)), subnormals scaled by 2^23
+// first, then log's specials: 0 gives -inf, negative inputs NaN, +inf and NaN themselves.
+KILN_VEC16 __m512 log(__m512 x) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __mmask16 subnormal = _mm512_cmp_ps_mask(x, splat(1.17549435e-38f), _CMP_LT_OQ);
+  const __m512i bits = _mm512_castps_si512(_mm512_mask_mul_ps(x, subnormal, x, splat(8388608.0f)));
+  __m512i exponent =
+      _mm512_sub_epi32(_mm512_maskz_srli_epi32(kAllLanes, bits, 23), _mm512_set1_epi32(127));
+  exponent = _mm512_mask_sub_epi32(exponent, subnormal, exponent, _mm512_set1_epi32(23));
+  __m512 m = _mm512_castsi512_ps(_mm512_maskz_or_epi32(
+      kAllLanes, _mm512_maskz_and_epi32(kAllLanes, bits, _mm512_set1_epi32(0x007FFFFF)),
+      _mm512_set1_epi32(0x3F800000)));
+  const __mmask16 high = _mm512_cmp_ps_mask(m, splat(1.41421356f), _CMP_GT_OQ);
+  m = _mm512_mask_mul_ps(m, high, m, splat(0.5f));
+  exponent = _mm512_mask_add_epi32(exponent, high, exponent, _mm512_set1_epi32(1));
+  __m512 result = log_of(_mm512_maskz_cvtepi32_ps(kAllLanes, exponent), m);
+  result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, zero, _CMP_EQ_OQ),
+                              splat(-__builtin_inff()));
+  result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ),
+                              splat(__builtin_nanf("")));
+  return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, splat(3.40282347e+38f), _CMP_NLE_UQ),
+                            x);
+}
+KILN_VEC16 __m512 log1p(__m512 x) {
+  const __m512 u = _mm512_add_ps(splat(1.0f), x);
+  const __m512 d = _mm512_sub_ps(u, splat(1.0f));
+  __m512 result = _mm512_mul_ps(log(u), _mm512_div_ps(x, d));
+  result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_EQ_OQ), x);
+  return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(u, splat(__builtin_inff()), _CMP_EQ_OQ), u);
+}
+
 // avx2::log1p_exp(hi, lo).
 KILN_VEC16 __m512 log1p_exp(__m512 hi, __m512 lo) {
   const __m512 e = exp(or_bits(abs(hi), splat(-0.0f)));
