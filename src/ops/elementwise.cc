@@ -474,24 +474,54 @@ struct Clamp {
 using ArrayFn =
     std::function<void(const void* const* inputs, const int64_t* steps, void* out, int64_t n)>;
 
+// bool elements loaded and stored as bytes: GCC 12 vectorizes no loop that loads or stores bool
+// (logical_not took 12 times eager's time), but one that converts bytes, `byte != 0`, and back.
+template <typename T>
+using Bytes = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+
+// Inlined into the two loops below, which differ only in the instruction set they are compiled
+// for: the same C++ and, as -ffp-contract=off forbids fused multiply-adds, the same bits.
 template <typename... In, typename F, size_t... I>
-void apply_array(const F& f, const void* const* inputs, const int64_t* steps, void* out,
-                 int64_t n, std::index_sequence<I...>) {
+[[gnu::always_inline]] inline void apply_array(const F& f, const void* const* inputs,
+                                               const int64_t* steps, void* out, int64_t n,
+                                               std::index_sequence<I...>) {
   using R = decltype(f(In{}...));
-  R* y = static_cast<R*>(out);
-  const std::tuple<const In*...> x{static_cast<const In*>(inputs[I])...};
+  Bytes<R>* y = static_cast<Bytes<R>*>(out);
+  const std::tuple<const Bytes<In>*...> x{static_cast<const Bytes<In>*>(inputs[I])...};
   if (((steps[I] == 1) && ...)) {  // the common case, in a loop the compiler can vectorize
-    for (int64_t i = 0; i < n; ++i) y[i] = f(std::get<I>(x)[i]...);
+    for (int64_t i = 0; i < n; ++i) y[i] = f(static_cast<In>(std::get<I>(x)[i])...);
   } else {
     const std::array<int64_t, sizeof...(In)> step{steps[I]...};
-    for (int64_t i = 0; i < n; ++i) y[i] = f(std::get<I>(x)[i * step[I]]...);
+    for (int64_t i = 0; i < n; ++i) y[i] = f(static_cast<In>(std::get<I>(x)[i * step[I]])...);
   }
 }
 
 template <typename... In, typename F>
+void apply_array_portable(const F& f, const void* const* inputs, const int64_t* steps, void* out,
+                          int64_t n) {
+  apply_array<In...>(f, inputs, steps, out, n, std::index_sequence_for<In...>{});
+}
+
+#ifdef KILN_X86
+// The ops without kernels of their own (integer arithmetic, predicates, logical ops) gain most
+// from AVX2: the portable build's SSE2 has no 32-bit multiply, for one.
+template <typename... In, typename F>
+KILN_TARGET_AVX2 void apply_array_avx2(const F& f, const void* const* inputs,
+                                       const int64_t* steps, void* out, int64_t n) {
+  apply_array<In...>(f, inputs, steps, out, n, std::index_sequence_for<In...>{});
+}
+#endif
+
+template <typename... In, typename F>
 ArrayFn array_fn(F f) {
+#ifdef KILN_X86
+  if (cpu::has_avx2_fma())
+    return [f](const void* const* inputs, const int64_t* steps, void* out, int64_t n) {
+      apply_array_avx2<In...>(f, inputs, steps, out, n);
+    };
+#endif
   return [f](const void* const* inputs, const int64_t* steps, void* out, int64_t n) {
-    apply_array<In...>(f, inputs, steps, out, n, std::index_sequence_for<In...>{});
+    apply_array_portable<In...>(f, inputs, steps, out, n);
   };
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <numbers>
+#include <optional>
 #include <set>
 #include <span>
 #include <tuple>
@@ -711,6 +712,60 @@ TEST(OpsElementwise, ReferenceKernelsRunEveryDType) {
       EXPECT_NO_THROW(test::run_kernel(*node.node, "reference", inputs)) << op;
     }
   }
+}
+
+// The reference loops are compiled for AVX2 as well as for the portable build (the ctest entry
+// elementwise_portable runs the Reference tests under KILN_MAX_CPU_ISA=portable): each element
+// of a long array, through the loop's vector body, equals the same element alone, through its
+// scalar code. Inputs are random bit patterns (NaNs, extremes and wrapping products included).
+TEST(OpsElementwise, ReferenceLoopsGiveEachElementItsScalarResult) {
+  const int64_t n = 263;  // several vector lengths of every dtype, and a remainder
+  std::mt19937 rng(11);
+  auto random_bits = [&](DType dtype) {
+    Tensor t = Tensor::empty(dtype, {n});
+    auto* bytes = static_cast<uint8_t*>(t.data());
+    for (size_t i = 0; i < t.nbytes(); ++i)
+      bytes[i] = dtype == DType::Bool ? rng() & 1 : static_cast<uint8_t>(rng());
+    return t;
+  };
+  auto element = [](const Tensor& t, int64_t i) {
+    Tensor one = Tensor::empty(t.dtype(), {1});
+    const size_t size = dtype_size(t.dtype());
+    std::memcpy(one.data(), static_cast<const std::byte*>(t.data()) + i * size, size);
+    return one;
+  };
+  const std::vector<std::pair<const char*, int>> ops = {
+      {"neg", 1},     {"abs", 1},     {"sign", 1},        {"isnan", 1},       {"isinf", 1},
+      {"relu", 1},    {"floor", 1},   {"logical_not", 1}, {"add", 2},         {"sub", 2},
+      {"mul", 2},     {"maximum", 2}, {"minimum", 2},     {"eq", 2},          {"lt", 2},
+      {"ge", 2},      {"logical_and", 2}, {"logical_xor", 2}, {"where", 3}};
+  int checked = 0;
+  for (DType dtype : {DType::Bool, DType::U8, DType::I8, DType::I16, DType::I32, DType::I64,
+                      DType::F32, DType::F64}) {
+    for (const auto& [op, arity] : ops) {
+      SCOPED_TRACE(std::string(op) + " " + std::string(dtype_name(dtype)));
+      std::vector<TensorType> types(arity, type_of(dtype, {n})), one_types(arity, type_of(dtype, {1}));
+      if (arity == 3) types[0].dtype = one_types[0].dtype = DType::Bool;
+      std::optional<OneNode> node, one;
+      try {
+        node.emplace(op, types);
+        one.emplace(op, one_types);
+      } catch (const Error&) {
+        continue;  // the op doesn't take this dtype
+      }
+      std::vector<Tensor> inputs;
+      for (const TensorType& t : types) inputs.push_back(random_bits(t.dtype));
+      const Tensor whole = test::run_kernel(*node->node, "reference", inputs)[0];
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<Tensor> alone;
+        for (const Tensor& t : inputs) alone.push_back(element(t, i));
+        const Tensor got = test::run_kernel(*one->node, "reference", alone)[0];
+        ASSERT_TRUE(test::same_values(element(whole, i), got)) << "element " << i;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
 }
 
 TEST(OpsElementwise, ReferenceF64KeepsDoublePrecision) {
