@@ -680,10 +680,12 @@ ArrayFn elu_avx2(const KernelSpec& spec) {
   const float scale = static_cast<float>(e.scale);
   const auto negative_factor = static_cast<float>(
       static_cast<double>(static_cast<float>(e.alpha)) * static_cast<double>(scale));
-  return [scale, input_scale = static_cast<float>(e.input_scale), negative_factor](
+  // The 16-lane loop gives the 8-lane loop's bits.
+  const auto fn = cpu::has_avx512f() ? &cpu::avx512::elu : &cpu::avx2::elu;
+  return [fn, scale, input_scale = static_cast<float>(e.input_scale), negative_factor](
              const void* const* in, const int64_t*, void* out, int64_t n) {
-    cpu::avx2::elu(static_cast<const float*>(in[0]), static_cast<float*>(out), n, scale,
-                   input_scale, negative_factor);
+    fn(static_cast<const float*>(in[0]), static_cast<float*>(out), n, scale, input_scale,
+       negative_factor);
   };
 }
 

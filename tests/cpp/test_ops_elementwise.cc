@@ -1125,8 +1125,9 @@ TEST(OpsElementwise, Avx2RowBroadcastStreamsByTheThreadsChunk) {
 // The 16-lane transcendental kernels give the 8-lane kernels' bits: on every 1021st f32 bit
 // pattern (every exponent, subnormals, infs, NaNs: any NaN matches any), on vectors of values
 // within [-1, 1] with one lane, or one lane in each half, from every range the fast paths bound
-// (3.6, 3.74, 17, 43.5, 87, ...), and at every tail length; for gelu (both forms) only the vectors
-// reaching beyond 7, as its 16-lane fast paths round differently (GeluFastPathsUlp below).
+// (3.6, 3.74, 17, 43.5, 80, 87, 2^20, ...), and at every tail length; for gelu (both forms) only
+// the vectors reaching beyond 7, as its 16-lane fast paths round differently (GeluFastPathsUlp
+// below).
 TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
   if (!cpu::has_avx512f()) GTEST_SKIP() << "no AVX-512";
   std::vector<float> values;
@@ -1134,8 +1135,9 @@ TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
     values.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> within(-1, 1);
-  for (float far : {3.55f, 3.65f, 3.7f, 3.8f, 4.1f, 8.5f, 13.5f, 16.9f, -17.1f, 43.4f, 43.6f,
-                    86.9f, 87.1f, 150.0f, -1e30f, INFINITY, NAN})
+  for (float far : {3.55f, 3.65f, 3.7f, 3.8f, 4.1f, 8.5f, 13.5f, 16.9f, -17.1f, -18.5f, 43.4f,
+                    43.6f, 79.9f, 80.1f, 86.9f, 87.1f, 150.0f, 1048575.0f, -1048577.0f, -1e30f,
+                    INFINITY, NAN})
     for (int lane = 0; lane < 16; ++lane) {
       for (int i = 0; i < 16; ++i) values.push_back(i == lane ? far : within(rng));
       // One in each half: the 16-lane middle paths of gelu.
@@ -1160,6 +1162,19 @@ TEST(OpsElementwise, Avx512TranscendentalsGiveTheAvx2Bits) {
       {"mish", cpu::avx2::mish, cpu::avx512::mish, 0},
       {"log", cpu::avx2::log, cpu::avx512::log, 0},
       {"log1p", cpu::avx2::log1p, cpu::avx512::log1p, 0},
+      {"log2", cpu::avx2::log2, cpu::avx512::log2, 0},
+      {"expm1", cpu::avx2::expm1, cpu::avx512::expm1, 0},
+      {"sin", cpu::avx2::sin, cpu::avx512::sin, 0},
+      {"cos", cpu::avx2::cos, cpu::avx512::cos, 0},
+      {"elu",
+       [](const float* in, float* out, int64_t n) { cpu::avx2::elu(in, out, n, 1, 1, 1); },
+       [](const float* in, float* out, int64_t n) { cpu::avx512::elu(in, out, n, 1, 1, 1); }, 0},
+      {"elu, scaled",
+       [](const float* in, float* out, int64_t n) { cpu::avx2::elu(in, out, n, 1.05f, 0.5f, 1.7f); },
+       [](const float* in, float* out, int64_t n) {
+         cpu::avx512::elu(in, out, n, 1.05f, 0.5f, 1.7f);
+       },
+       0},
       {"softplus",
        [](const float* in, float* out, int64_t n) { cpu::avx2::softplus(in, out, n, 1, 20); },
        [](const float* in, float* out, int64_t n) { cpu::avx512::softplus(in, out, n, 1, 20); },

@@ -147,6 +147,12 @@ void silu(const float* in, float* out, int64_t n);
 void mish(const float* in, float* out, int64_t n);
 void log(const float* in, float* out, int64_t n);
 void log1p(const float* in, float* out, int64_t n);
+void log2(const float* in, float* out, int64_t n);
+void expm1(const float* in, float* out, int64_t n);
+void sin(const float* in, float* out, int64_t n);
+void cos(const float* in, float* out, int64_t n);
+void elu(const float* in, float* out, int64_t n, float scale, float input_scale,
+         float negative_factor);
 void softplus(const float* in, float* out, int64_t n, float beta, float threshold);
 
 }  // namespace avx512

@@ -50,6 +50,16 @@ struct Function {
   KILN_TARGET_AVX512 __m512 operator()(__m512 x) const { return F(x); }
 };
 
+// avx2's EluOp on 16 lanes.
+struct EluOp {
+  __m512 scale, input_scale, negative_factor;
+  KILN_TARGET_AVX512 __m512 operator()(__m512 x) const {
+    const __m512 negative = _mm512_mul_ps(expm1(_mm512_mul_ps(x, input_scale)), negative_factor);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), negative,
+                                _mm512_mul_ps(x, scale));
+  }
+};
+
 // avx2's SoftplusOp on 16 lanes.
 struct SoftplusOp {
   __m512 beta, threshold;
@@ -80,7 +90,16 @@ KILN_UNARY16(silu)
 KILN_UNARY16(mish)
 KILN_UNARY16(log)
 KILN_UNARY16(log1p)
+KILN_UNARY16(log2)
+KILN_UNARY16(expm1)
+KILN_UNARY16(sin)
+KILN_UNARY16(cos)
 #undef KILN_UNARY16
+
+KILN_TARGET_AVX512 void elu(const float* in, float* out, int64_t n, float scale,
+                            float input_scale, float negative_factor) {
+  unary(EluOp{splat(scale), splat(input_scale), splat(negative_factor)}, in, out, n);
+}
 
 KILN_TARGET_AVX512 void softplus(const float* in, float* out, int64_t n, float beta,
                                  float threshold) {
@@ -98,7 +117,9 @@ UnaryArrayFn widest(UnaryArrayFn eight) {
       {&avx2::tanh, &avx512::tanh},         {&avx2::gelu_erf, &avx512::gelu_erf},
       {&avx2::gelu_tanh, &avx512::gelu_tanh}, {&avx2::erf, &avx512::erf},
       {&avx2::silu, &avx512::silu},         {&avx2::mish, &avx512::mish},
-      {&avx2::log, &avx512::log},           {&avx2::log1p, &avx512::log1p}};
+      {&avx2::log, &avx512::log},           {&avx2::log1p, &avx512::log1p},
+      {&avx2::log2, &avx512::log2},         {&avx2::expm1, &avx512::expm1},
+      {&avx2::sin, &avx512::sin},           {&avx2::cos, &avx512::cos}};
   for (const auto& [eight_lanes, sixteen_lanes] : kSixteen)
     if (eight_lanes == eight) return sixteen_lanes;
   return eight;

@@ -631,6 +631,10 @@ KILN_VEC __m128 reduced_half(__m128 x, __m128 j) {
   r = _mm256_fnmadd_pd(jd, _mm256_set1_pd(6.07710050650619224932e-11), r);
   return _mm256_cvtpd_ps(r);
 }
+inline constexpr float kSinPolynomial[] = {-1.6666654611e-1f, 8.3321608736e-3f,
+                                           -1.9515295891e-4f};
+inline constexpr float kCosPolynomial[] = {4.166664568298827e-2f, -1.388731625493765e-3f,
+                                           2.443315711809948e-5f};
 template <bool kCos>
 KILN_VEC __m256 sin_cos(__m256 x) {
   const __m256 j = _mm256_round_ps(_mm256_mul_ps(x, splat(0.636619772367581343f)),
@@ -639,11 +643,8 @@ KILN_VEC __m256 sin_cos(__m256 x) {
       reduced_half(_mm256_extractf128_ps(x, 1), _mm256_extractf128_ps(j, 1)),
       reduced_half(_mm256_castps256_ps128(x), _mm256_castps256_ps128(j)));
   const __m256 r2 = _mm256_mul_ps(r, r);
-  static constexpr float kSin[] = {-1.6666654611e-1f, 8.3321608736e-3f, -1.9515295891e-4f};
-  static constexpr float kCosTerms[] = {4.166664568298827e-2f, -1.388731625493765e-3f,
-                                        2.443315711809948e-5f};
-  const __m256 sin_r = _mm256_fmadd_ps(_mm256_mul_ps(r2, r), polynomial(r2, kSin), r);
-  const __m256 cos_r = _mm256_fmadd_ps(_mm256_mul_ps(r2, r2), polynomial(r2, kCosTerms),
+  const __m256 sin_r = _mm256_fmadd_ps(_mm256_mul_ps(r2, r), polynomial(r2, kSinPolynomial), r);
+  const __m256 cos_r = _mm256_fmadd_ps(_mm256_mul_ps(r2, r2), polynomial(r2, kCosPolynomial),
                                        _mm256_fnmadd_ps(r2, splat(0.5f), splat(1.0f)));
   __m256i quadrant = _mm256_cvtps_epi32(j);
   if constexpr (kCos) quadrant = _mm256_add_epi32(quadrant, _mm256_set1_epi32(1));

@@ -190,23 +190,32 @@ KILN_VEC16 __m512 tanh(__m512 x) {
   return or_bits(magnitude, sign_bits(x));
 }
 
-// avx2::log_parts_of and avx2::log_of_parts: log(2^e m) for m in [sqrt(1/2), sqrt(2)).
-KILN_VEC16 __m512 log_of(__m512 e, __m512 m) {
-  const __m512 f = _mm512_sub_ps(m, splat(1.0f));
-  const __m512 f2 = _mm512_mul_ps(f, f);
-  const __m512 cubic = _mm512_mul_ps(_mm512_mul_ps(f, f2), polynomial(f, avx2::kLogPolynomial));
-  __m512 y = _mm512_fmadd_ps(e, splat(-2.12194440e-4f), cubic);
-  y = _mm512_fnmadd_ps(f2, splat(0.5f), y);
-  const __m512 t = _mm512_mul_ps(e, splat(0.693359375f));
-  const __m512 sum = _mm512_add_ps(t, f);
-  const __m512 sum_error = _mm512_add_ps(_mm512_sub_ps(t, sum), f);
-  return _mm512_add_ps(sum, _mm512_add_ps(sum_error, y));
+// avx2::expm1: exp's reduction of x clamped to [-18, 80], exp itself above 80.
+KILN_VEC16 __m512 expm1(__m512 x) {
+  const __m512 clamped = _mm512_maskz_min_ps(
+      kAllLanes, splat(80.0f), _mm512_maskz_max_ps(kAllLanes, splat(-18.0f), x));
+  const ExpReduced e = exp_reduce(clamped);
+  const __m512 scale = pow2(e.n);
+  __m512 result = _mm512_fmadd_ps(scale, exp_polynomial_minus_one(e.r),
+                                  _mm512_sub_ps(scale, splat(1.0f)));
+  const __mmask16 large = _mm512_cmp_ps_mask(x, splat(80.0f), _CMP_GT_OQ);
+  if (large) [[unlikely]]
+    result = _mm512_mask_mov_ps(result, large, exp(x));
+  return or_bits(result, sign_bits(x));
 }
 
-// avx2::log and avx2::log1p. x = 2^e m with m in [sqrt(1/2), sqrt(2)), subnormals scaled by 2^23
-// first, then log's specials: 0 gives -inf, negative inputs NaN, +inf and NaN themselves.
-KILN_VEC16 __m512 log(__m512 x) {
-  const __m512 zero = _mm512_setzero_ps();
+// avx2::log_parts_of, avx2::log_parts and avx2::log_of_parts: log(2^e m) for m in
+// [sqrt(1/2), sqrt(2)).
+struct LogParts {
+  __m512 e, f, f2, cubic;  // cubic = f^3 P(f)
+};
+KILN_VEC16 LogParts log_parts_of(__m512 e, __m512 m) {
+  const __m512 f = _mm512_sub_ps(m, splat(1.0f));
+  const __m512 f2 = _mm512_mul_ps(f, f);
+  return {e, f, f2, _mm512_mul_ps(_mm512_mul_ps(f, f2), polynomial(f, avx2::kLogPolynomial))};
+}
+// x = 2^e m with m in [sqrt(1/2), sqrt(2)), subnormals scaled by 2^23 first.
+KILN_VEC16 LogParts log_parts(__m512 x) {
   const __mmask16 subnormal = _mm512_cmp_ps_mask(x, splat(1.17549435e-38f), _CMP_LT_OQ);
   const __m512i bits = _mm512_castps_si512(_mm512_mask_mul_ps(x, subnormal, x, splat(8388608.0f)));
   __m512i exponent =
@@ -218,13 +227,36 @@ KILN_VEC16 __m512 log(__m512 x) {
   const __mmask16 high = _mm512_cmp_ps_mask(m, splat(1.41421356f), _CMP_GT_OQ);
   m = _mm512_mask_mul_ps(m, high, m, splat(0.5f));
   exponent = _mm512_mask_add_epi32(exponent, high, exponent, _mm512_set1_epi32(1));
-  __m512 result = log_of(_mm512_maskz_cvtepi32_ps(kAllLanes, exponent), m);
+  return log_parts_of(_mm512_maskz_cvtepi32_ps(kAllLanes, exponent), m);
+}
+KILN_VEC16 __m512 log_of_parts(const LogParts& p) {
+  __m512 y = _mm512_fmadd_ps(p.e, splat(-2.12194440e-4f), p.cubic);
+  y = _mm512_fnmadd_ps(p.f2, splat(0.5f), y);
+  const __m512 t = _mm512_mul_ps(p.e, splat(0.693359375f));
+  const __m512 sum = _mm512_add_ps(t, p.f);
+  const __m512 sum_error = _mm512_add_ps(_mm512_sub_ps(t, sum), p.f);
+  return _mm512_add_ps(sum, _mm512_add_ps(sum_error, y));
+}
+// avx2::with_log_specials: 0 gives -inf, negative inputs NaN, +inf and NaN themselves.
+KILN_VEC16 __m512 with_log_specials(__m512 result, __m512 x) {
+  const __m512 zero = _mm512_setzero_ps();
   result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, zero, _CMP_EQ_OQ),
                               splat(-__builtin_inff()));
   result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ),
                               splat(__builtin_nanf("")));
   return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, splat(3.40282347e+38f), _CMP_NLE_UQ),
                             x);
+}
+
+// avx2::log, avx2::log2 and avx2::log1p.
+KILN_VEC16 __m512 log(__m512 x) { return with_log_specials(log_of_parts(log_parts(x)), x); }
+KILN_VEC16 __m512 log2(__m512 x) {
+  const LogParts p = log_parts(x);
+  const __m512 y = _mm512_fnmadd_ps(p.f2, splat(0.5f), p.cubic);
+  const __m512 log2_e_hi = splat(1.44269502162933349609f), log2_e_lo = splat(1.92596303e-8f);
+  const __m512 log2_m = _mm512_fmadd_ps(
+      p.f, log2_e_hi, _mm512_fmadd_ps(y, log2_e_hi, _mm512_mul_ps(p.f, log2_e_lo)));
+  return with_log_specials(_mm512_add_ps(p.e, log2_m), x);
 }
 KILN_VEC16 __m512 log1p(__m512 x) {
   const __m512 u = _mm512_add_ps(splat(1.0f), x);
@@ -241,8 +273,8 @@ KILN_VEC16 __m512 log1p_exp(__m512 hi, __m512 lo) {
   const __m512 u = _mm512_add_ps(splat(1.0f), v);
   const __m512 c = _mm512_sub_ps(v, _mm512_sub_ps(u, splat(1.0f)));
   const __mmask16 high = _mm512_cmp_ps_mask(u, splat(1.41421356f), _CMP_GT_OQ);
-  const __m512 log_u = log_of(_mm512_maskz_mov_ps(high, splat(1.0f)),
-                              _mm512_mask_mul_ps(u, high, u, splat(0.5f)));
+  const __m512 log_u = log_of_parts(log_parts_of(_mm512_maskz_mov_ps(high, splat(1.0f)),
+                                                 _mm512_mask_mul_ps(u, high, u, splat(0.5f))));
   const __m512 positive_lo =
       _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GT_OQ), lo);
   const __m512 log1p_v = _mm512_add_ps(log_u, _mm512_div_ps(c, u));
@@ -256,6 +288,53 @@ KILN_VEC16 __m512 mish(__m512 x) {
     return by_halves<avx2::mish>(x);
   return _mm512_mul_ps(x, tanh(log1p_exp(x, _mm512_setzero_ps())));
 }
+
+// avx2::sin_cos: the reduction x - j pi/2 in double, 8 lanes at a time; lanes beyond 2^20, inf
+// and NaN in double through the C library.
+KILN_VEC16 __m256 reduced_eight(__m256 x, __m256 j) {
+  const __m512d jd = _mm512_maskz_cvtps_pd(0xFF, j);
+  __m512d r = _mm512_fnmadd_pd(jd, _mm512_set1_pd(1.57079632673412561417e+00),
+                               _mm512_maskz_cvtps_pd(0xFF, x));
+  r = _mm512_fnmadd_pd(jd, _mm512_set1_pd(6.07710050650619224932e-11), r);
+  return _mm512_maskz_cvtpd_ps(0xFF, r);
+}
+template <bool kCos>
+KILN_VEC16 __m512 sin_cos(__m512 x) {
+  const __m512 j = round_nearest(_mm512_mul_ps(x, splat(0.636619772367581343f)));
+  const __m512 r = from_halves(reduced_eight(low_half(x), low_half(j)),
+                               reduced_eight(high_half(x), high_half(j)));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  const __m512 sin_r =
+      _mm512_fmadd_ps(_mm512_mul_ps(r2, r), polynomial(r2, avx2::kSinPolynomial), r);
+  const __m512 cos_r = _mm512_fmadd_ps(_mm512_mul_ps(r2, r2), polynomial(r2, avx2::kCosPolynomial),
+                                       _mm512_fnmadd_ps(r2, splat(0.5f), splat(1.0f)));
+  __m512i quadrant = _mm512_maskz_cvtps_epi32(kAllLanes, j);
+  if constexpr (kCos) quadrant = _mm512_add_epi32(quadrant, _mm512_set1_epi32(1));
+  // Bit 0 of the quadrant picks cos r, bit 1 negates.
+  __m512 y =
+      _mm512_mask_blend_ps(_mm512_test_epi32_mask(quadrant, _mm512_set1_epi32(1)), sin_r, cos_r);
+  const __m512i y_bits = _mm512_castps_si512(y);
+  y = _mm512_castsi512_ps(_mm512_mask_xor_epi32(
+      y_bits, _mm512_test_epi32_mask(quadrant, _mm512_set1_epi32(2)), y_bits,
+      _mm512_set1_epi32(INT32_MIN)));
+  if constexpr (!kCos)  // sin(-0) = -0, where r came out +0
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), x);
+  const __mmask16 beyond = _mm512_cmp_ps_mask(abs(x), splat(1048576.0f), _CMP_NLE_UQ);
+  if (beyond) [[unlikely]] {
+    alignas(64) float lanes[16], results[16];
+    _mm512_store_ps(lanes, x);
+    _mm512_store_ps(results, y);
+    for (int l = 0; l < 16; ++l)
+      if (beyond >> l & 1) {
+        const double v = lanes[l];
+        results[l] = static_cast<float>(kCos ? std::cos(v) : std::sin(v));
+      }
+    y = _mm512_load_ps(results);
+  }
+  return y;
+}
+KILN_VEC16 __m512 sin(__m512 x) { return sin_cos<false>(x); }
+KILN_VEC16 __m512 cos(__m512 x) { return sin_cos<true>(x); }
 
 // A coefficient per lane from an 8-entry row, by the low 3 bits of `piece` (as
 // _mm256_permutevar8x32_ps picks). The row is broadcast to both halves, so the permute's fourth
