@@ -561,6 +561,12 @@ ArrayFn binary_vector(cpu::BinaryArrayFn fn) {
        static_cast<float*>(out), n);
   };
 }
+ArrayFn binary_vector_bf16(cpu::Bf16BinaryArrayFn fn) {
+  return [fn](const void* const* in, const int64_t* steps, void* out, int64_t n) {
+    fn(static_cast<const cpu::BFloat16*>(in[0]), steps[0],
+       static_cast<const cpu::BFloat16*>(in[1]), steps[1], static_cast<cpu::BFloat16*>(out), n);
+  };
+}
 ArrayFn compare_vector(cpu::CompareArrayFn fn) {
   return [fn](const void* const* in, const int64_t* steps, void* out, int64_t n) {
     fn(static_cast<const float*>(in[0]), steps[0], static_cast<const float*>(in[1]), steps[1],
@@ -584,6 +590,9 @@ struct OpEntry {
   // The AVX2 array function for this node (f32), or an empty one when its attributes or
   // constant inputs have none. Null for ops without AVX2 kernels, and off x86.
   ArrayFn (*vector)(const KernelSpec& spec) = nullptr;
+  // The same on bf16 operands and result (no f32 blocks between), for nodes whose inputs and
+  // output are all bf16; empty where the attributes have none. Null for the other ops.
+  ArrayFn (*bf16_vector)(const KernelSpec& spec) = nullptr;
   // Integer division and remainder: a zero divisor (input 1) is an E40002, checked before the loop.
   bool checks_divisor = false;
   // Further checks of attributes against the computing dtype (bounds that must fit it, ...).
@@ -608,6 +617,10 @@ OpEntry checking_divisor(OpEntry e) {
 }
 OpEntry with_check(OpEntry e, void (*check)(InferContext&, DType)) {
   e.check = check;
+  return e;
+}
+OpEntry with_bf16(OpEntry e, ArrayFn (*bf16_vector)(const KernelSpec&)) {
+  e.bf16_vector = bf16_vector;
   return e;
 }
 
@@ -652,6 +665,16 @@ ArrayFn unary_avx2(const KernelSpec&) {
 template <cpu::BinaryArrayFn F>
 ArrayFn binary_avx2(const KernelSpec&) {
   return binary_vector(F);
+}
+template <cpu::Bf16BinaryArrayFn F>
+ArrayFn binary_bf16(const KernelSpec&) {
+  return binary_vector_bf16(F);
+}
+// add and sub with alpha 1 (the others round a + alpha * b once, in f32).
+template <cpu::Bf16BinaryArrayFn F>
+ArrayFn add_bf16(const KernelSpec& spec) {
+  if (spec.node.attr_float("alpha") != 1) return {};
+  return binary_vector_bf16(F);
 }
 template <cpu::CompareArrayFn F>
 ArrayFn compare_avx2(const KernelSpec&) {
@@ -812,22 +835,30 @@ const std::vector<OpEntry>& op_table() {
       entry<IsInf, kPredicate>("isinf"),
       entry<LogicalNot, kLogical>("logical_not"),
       // binary
-      with_check(entry<Add, kAny, 2>("add", {A{"alpha", 1.0}},
-                                     KILN_AVX2((add_avx2<&cpu::avx2::add, 1>))),
-                 &check_alpha),
-      with_check(entry<Sub, kNumeric, 2>("sub", {A{"alpha", 1.0}},
-                                         KILN_AVX2((add_avx2<&cpu::avx2::sub, -1>))),
-                 &check_alpha),
-      entry<Mul, kAny, 2>("mul", {}, KILN_AVX2(binary_avx2<&cpu::avx2::mul>)),
-      with_variant(entry<Div, kFloating, 2>("div", {}, KILN_AVX2(div_avx2)), "rounding_mode",
-                   "none"),
+      with_bf16(with_check(entry<Add, kAny, 2>("add", {A{"alpha", 1.0}},
+                                               KILN_AVX2((add_avx2<&cpu::avx2::add, 1>))),
+                           &check_alpha),
+                KILN_AVX2(add_bf16<&cpu::avx2::add>)),
+      with_bf16(with_check(entry<Sub, kNumeric, 2>("sub", {A{"alpha", 1.0}},
+                                                   KILN_AVX2((add_avx2<&cpu::avx2::sub, -1>))),
+                           &check_alpha),
+                KILN_AVX2(add_bf16<&cpu::avx2::sub>)),
+      with_bf16(entry<Mul, kAny, 2>("mul", {}, KILN_AVX2(binary_avx2<&cpu::avx2::mul>)),
+                KILN_AVX2(binary_bf16<&cpu::avx2::mul>)),
+      with_bf16(with_variant(entry<Div, kFloating, 2>("div", {}, KILN_AVX2(div_avx2)),
+                             "rounding_mode", "none"),
+                KILN_AVX2(binary_bf16<&cpu::avx2::div>)),
       checking_divisor(
           with_variant(entry<DivTrunc, kNumeric, 2>("div"), "rounding_mode", "trunc")),
       checking_divisor(
           with_variant(entry<DivFloor, kNumeric, 2>("div"), "rounding_mode", "floor")),
       entry<Pow, kNumeric, 2>("pow", {}, KILN_AVX2(pow_avx2)),
-      entry<Maximum, kAny, 2>("maximum", {}, KILN_AVX2(binary_avx2<&cpu::avx2::maximum>)),
-      entry<Minimum, kAny, 2>("minimum", {}, KILN_AVX2(binary_avx2<&cpu::avx2::minimum>)),
+      with_bf16(entry<Maximum, kAny, 2>("maximum", {},
+                                        KILN_AVX2(binary_avx2<&cpu::avx2::maximum>)),
+                KILN_AVX2(binary_bf16<&cpu::avx2::maximum>)),
+      with_bf16(entry<Minimum, kAny, 2>("minimum", {},
+                                        KILN_AVX2(binary_avx2<&cpu::avx2::minimum>)),
+                KILN_AVX2(binary_bf16<&cpu::avx2::minimum>)),
       checking_divisor(
           entry<Fmod, kNumeric, 2>("fmod", {}, KILN_AVX2(binary_avx2<&cpu::avx2::fmod>))),
       checking_divisor(entry<Remainder, kNumeric, 2>(
@@ -1101,6 +1132,16 @@ void infer(InferContext& ctx) {
   ctx.set_output(0, TensorType{sig.output, shape, inputs[0].layout});
 }
 
+// The entry's bf16 function for a node whose inputs and output are all bf16 tensors, or an
+// empty one. A Python number (stored as f64) takes the f32 path: PyTorch computes with its f32
+// value, which rounding it to bf16 first would change.
+ArrayFn bf16_vector(const OpEntry& e, const KernelSpec& spec, const Signature& sig) {
+  if (!e.bf16_vector || sig.output != DType::BF16) return {};
+  for (const TensorType& t : spec.inputs)
+    if (t.dtype != DType::BF16) return {};
+  return e.bf16_vector(spec);
+}
+
 void register_op(OpRegistry& registry, const OpEntry& first) {
   OpDef def;
   def.name = std::string(first.name);
@@ -1128,8 +1169,13 @@ void register_op(OpRegistry& registry, const OpEntry& first) {
         },
         [](const KernelSpec& spec) -> std::unique_ptr<KernelInstance> {
           const OpEntry& e = *find_entry(spec.node.op(), spec.node.attrs());
-          return std::make_unique<ElementwiseKernel>(spec, e, signature_of(e, spec),
-                                                     e.vector(spec));
+          Signature sig = signature_of(e, spec);
+          if (ArrayFn bf16 = bf16_vector(e, spec, sig)) {
+            std::fill(sig.compute.begin(), sig.compute.end(), DType::BF16);
+            sig.result = DType::BF16;
+            return std::make_unique<ElementwiseKernel>(spec, e, sig, std::move(bf16));
+          }
+          return std::make_unique<ElementwiseKernel>(spec, e, sig, e.vector(spec));
         }});
   def.kernels.push_back(KernelDef{
       "reference", "native", [](const KernelSpec&) { return std::string(); },

@@ -1012,6 +1012,58 @@ TEST(OpsElementwise, Avx2BinaryMatchesReferenceOnEveryBroadcastPattern) {
   }
 }
 
+// add, sub, mul, div, maximum and minimum of bf16 tensors run one pass that widens, computes
+// and rounds each vector: the f32 kernel's result on the widened operands, rounded to bf16, on
+// every broadcast pattern and at every tail length. A Python number beside a bf16 tensor keeps
+// its f32 value (the f32 path), as in PyTorch.
+TEST(OpsElementwise, Avx2Bf16BinaryIsTheF32KernelRounded) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(13);
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"}) {
+    for (const auto& [a_sizes, b_sizes] : broadcast_patterns()) {
+      if (num_elements(a_sizes) + num_elements(b_sizes) > 100000 && std::string(op) != "add")
+        continue;
+      SCOPED_TRACE(std::string(op) + " " + shape_string(a_sizes) + " " + shape_string(b_sizes));
+      auto [a, a32] = test::random_bf16_and_widened(a_sizes, rng);
+      auto [b, b32] = test::random_bf16_and_widened(b_sizes, rng);
+      for (int64_t i = 0; i < std::min(a.numel(), b.numel()); i += 5) {
+        b.data<cpu::BFloat16>()[i] = a.data<cpu::BFloat16>()[i];
+        b32.data<float>()[i] = a32.data<float>()[i];
+      }
+      OneNode node(op, {type_of(DType::BF16, a_sizes), type_of(DType::BF16, b_sizes)});
+      OneNode wide(op, {type_of(DType::F32, a_sizes), type_of(DType::F32, b_sizes)});
+      const Tensor f32 = test::run_kernel(*wide.node, "avx2", {a32, b32})[0];
+      for (int threads : {1, 2})
+        EXPECT_TRUE(
+            test::is_rounded_to_bf16(test::run_kernel(*node.node, "avx2", {a, b}, threads)[0], f32))
+            << "threads " << threads;
+    }
+  }
+  // The loop itself at every tail length and step.
+  auto [a, a32] = test::random_bf16_and_widened({40}, rng);
+  auto [b, b32] = test::random_bf16_and_widened({40}, rng);
+  for (int64_t n = 0; n <= 40; ++n)
+    for (const auto& [a_step, b_step] : {std::pair<int64_t, int64_t>{1, 1}, {1, 0}, {0, 1}}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " steps " + std::to_string(a_step) + "," +
+                   std::to_string(b_step));
+      Tensor got = Tensor::empty(DType::BF16, {n + 1}), f32 = Tensor::empty(DType::F32, {n + 1});
+      got.data<cpu::BFloat16>()[n] = cpu::BFloat16{0x1234};
+      cpu::avx2::mul(a.data<cpu::BFloat16>(), a_step, b.data<cpu::BFloat16>(), b_step,
+                     got.data<cpu::BFloat16>(), n);
+      cpu::avx2::mul(a32.data<float>(), a_step, b32.data<float>(), b_step, f32.data<float>(), n);
+      f32.data<float>()[n] = cpu::to_float(cpu::BFloat16{0x1234});
+      EXPECT_TRUE(test::is_rounded_to_bf16(got, f32));
+    }
+  // bf16 x * 0.1 (a Python float, f64): 0.1 as f32, not as bf16 (0.10009765625).
+  OneNode scaled("mul", {type_of(DType::BF16, {37}), type_of(DType::F64, {})}, wrapped({1}));
+  const Tensor tenth = tensor_from<double>({}, {0.1});
+  auto [x, x32] = test::random_bf16_and_widened({37}, rng);
+  const Tensor got = test::run_kernel(*scaled.node, "avx2", {x, tenth})[0];
+  Tensor f32 = Tensor::empty(DType::F32, {37});
+  for (int64_t i = 0; i < 37; ++i) f32.data<float>()[i] = x32.data<float>()[i] * 0.1f;
+  EXPECT_TRUE(test::is_rounded_to_bf16(got, f32));
+}
+
 // fmod and remainder are exact (the reference's std::fmod): quotients a / b just below, at and
 // just above integers up to 2^25 (the double division rounding up to an integer, and the scalar
 // path past 2^24), divisors from subnormal to 1e30 of both signs, and zeros of both signs.

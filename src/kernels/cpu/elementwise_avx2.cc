@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cpu/bf16_avx2.h"
 #include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::cpu::avx2 {
@@ -46,6 +47,22 @@ struct Broadcast {
   KILN_TARGET_AVX2 __m256 load_tail(int64_t, int64_t, __m256i) const { return v; }
 };
 
+KILN_TARGET_AVX2 inline Broadcast broadcast_of(const float* p) { return {splat(*p)}; }
+KILN_TARGET_AVX2 inline Broadcast broadcast_of(const BFloat16* p) { return {splat(to_float(*p))}; }
+
+// 8 consecutive bf16 elements, widened (exactly) on load.
+struct Bf16Contiguous {
+  const BFloat16* p;
+  Bf16Contiguous advanced(int64_t count) const { return {p + count}; }
+  KILN_TARGET_AVX2 __m256 load(int64_t i) const { return load_bf16(p + i); }
+  KILN_TARGET_AVX2 __m256 load_tail(int64_t i, int64_t count, __m256i) const {
+    return load_bf16_tail(p + i, count);
+  }
+  void prefetch(int64_t i) const {
+    prefetch_streamed(p + i + kStreamingPrefetchFloats);
+  }
+};
+
 // 8 bools (bytes 0 or 1) as a lane mask: all ones where true.
 KILN_TARGET_AVX2 inline __m256 condition_mask(uint64_t bytes) {
   const __m256i lanes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(bytes)));
@@ -74,6 +91,16 @@ struct FloatOut {
   KILN_TARGET_AVX2 void store(int64_t i, __m256 v) const { _mm256_storeu_ps(p + i, v); }
   KILN_TARGET_AVX2 void store_tail(int64_t i, int64_t, __m256i mask, __m256 v) const {
     _mm256_maskstore_ps(p + i, mask, v);
+  }
+};
+
+// Rounded to bf16 (nearest even, NaN 0x7FC0) on store: the f32 result's conversion, which the
+// driver otherwise runs over a block of f32 results.
+struct Bf16Out {
+  BFloat16* p;
+  KILN_TARGET_AVX2 void store(int64_t i, __m256 v) const { store_bf16(p + i, v); }
+  KILN_TARGET_AVX2 void store_tail(int64_t i, int64_t count, __m256i, __m256 v) const {
+    store_bf16_tail(p + i, count, v);
   }
 };
 
@@ -152,19 +179,20 @@ KILN_TARGET_AVX2 void unary(const Op& op, const float* in, float* out, int64_t n
   vector_loop(op, FloatOut{out}, n, Contiguous{in});
 }
 
-// The loop for each combination of steps of a and b, after the operands `first` (where's
-// condition).
-template <typename Op, typename Out, typename... First>
-KILN_TARGET_AVX2 void binary(const Op& op, Out out, int64_t n, const float* a, int64_t a_step,
-                             const float* b, int64_t b_step, First... first) {
+// The loop for each combination of steps of a and b (f32 or bf16), after the operands `first`
+// (where's condition).
+template <typename Op, typename Out, typename T, typename... First>
+KILN_TARGET_AVX2 void binary(const Op& op, Out out, int64_t n, const T* a, int64_t a_step,
+                             const T* b, int64_t b_step, First... first) {
+  using Operand = std::conditional_t<std::is_same_v<T, float>, Contiguous, Bf16Contiguous>;
   if (a_step && b_step)
-    vector_loop(op, out, n, first..., Contiguous{a}, Contiguous{b});
+    vector_loop(op, out, n, first..., Operand{a}, Operand{b});
   else if (a_step)
-    vector_loop(op, out, n, first..., Contiguous{a}, Broadcast{splat(*b)});
+    vector_loop(op, out, n, first..., Operand{a}, broadcast_of(b));
   else if (b_step)
-    vector_loop(op, out, n, first..., Broadcast{splat(*a)}, Contiguous{b});
+    vector_loop(op, out, n, first..., broadcast_of(a), Operand{b});
   else
-    vector_loop(op, out, n, first..., Broadcast{splat(*a)}, Broadcast{splat(*b)});
+    vector_loop(op, out, n, first..., broadcast_of(a), broadcast_of(b));
 }
 
 // ---------------------------------------------------------------- the ops
@@ -398,10 +426,10 @@ KILN_TARGET_AVX2 void softplus(const float* in, float* out, int64_t n, float bet
   unary(SoftplusOp{splat(beta), splat(threshold), beta != 1.0f}, in, out, n);
 }
 
-#define KILN_BINARY(name)                                                           \
-  KILN_TARGET_AVX2 void name(const float* a, int64_t a_step, const float* b, int64_t b_step, \
-                             float* out, int64_t n) {                                       \
-    binary(Binary<&name##_v>{}, FloatOut{out}, n, a, a_step, b, b_step);             \
+#define KILN_BINARY(name)                                                                 \
+  KILN_TARGET_AVX2 void name(const float* a, int64_t a_step, const float* b, int64_t b_step,     \
+                             float* out, int64_t n) {                                           \
+    binary(Binary<&name##_v>{}, FloatOut{out}, n, a, a_step, b, b_step);                        \
   }
 KILN_BINARY(add)
 KILN_BINARY(sub)
@@ -412,6 +440,19 @@ KILN_BINARY(minimum)
 KILN_BINARY(fmod)
 KILN_BINARY(remainder)
 #undef KILN_BINARY
+
+#define KILN_BINARY_BF16(name)                                                   \
+  KILN_TARGET_AVX2 void name(const BFloat16* a, int64_t a_step, const BFloat16* b,      \
+                             int64_t b_step, BFloat16* out, int64_t n) {               \
+    binary(Binary<&name##_v>{}, Bf16Out{out}, n, a, a_step, b, b_step);                \
+  }
+KILN_BINARY_BF16(add)
+KILN_BINARY_BF16(sub)
+KILN_BINARY_BF16(mul)
+KILN_BINARY_BF16(div)
+KILN_BINARY_BF16(maximum)
+KILN_BINARY_BF16(minimum)
+#undef KILN_BINARY_BF16
 
 KILN_TARGET_AVX2 void add_scaled(const float* a, int64_t a_step, const float* b, int64_t b_step,
                                  float* out, int64_t n, float alpha) {

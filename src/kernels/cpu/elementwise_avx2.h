@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/float16.h"
 
 namespace kiln::cpu {
 
@@ -14,6 +15,9 @@ using UnaryArrayFn = void (*)(const float* in, float* out, int64_t n);
 // out[i] = a[i * a_step] op b[i * b_step] for i < n; each step is 1 or 0 (broadcast).
 using BinaryArrayFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step,
                                float* out, int64_t n);
+// The same on bf16 operands and result.
+using Bf16BinaryArrayFn = void (*)(const BFloat16* a, int64_t a_step, const BFloat16* b,
+                                   int64_t b_step, BFloat16* out, int64_t n);
 // The same with a bool result (comparisons).
 using CompareArrayFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step,
                                 bool* out, int64_t n);
@@ -112,6 +116,21 @@ void maximum(const float* a, int64_t a_step, const float* b, int64_t b_step, flo
              int64_t n);
 void minimum(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
              int64_t n);
+// add, sub, mul, div, maximum and minimum on bf16 operands and result, in one pass: each vector
+// widened on load, computed in f32 and rounded to bf16 on store (nearest even, as the f32
+// result's conversion rounds), so the bits of the f32 function between the two conversions.
+void add(const BFloat16* a, int64_t a_step, const BFloat16* b, int64_t b_step, BFloat16* out,
+         int64_t n);
+void sub(const BFloat16* a, int64_t a_step, const BFloat16* b, int64_t b_step, BFloat16* out,
+         int64_t n);
+void mul(const BFloat16* a, int64_t a_step, const BFloat16* b, int64_t b_step, BFloat16* out,
+         int64_t n);
+void div(const BFloat16* a, int64_t a_step, const BFloat16* b, int64_t b_step, BFloat16* out,
+         int64_t n);
+void maximum(const BFloat16* a, int64_t a_step, const BFloat16* b, int64_t b_step,
+             BFloat16* out, int64_t n);
+void minimum(const BFloat16* a, int64_t a_step, const BFloat16* b, int64_t b_step,
+             BFloat16* out, int64_t n);
 // C's fmod, exactly, and PyTorch's remainder of floats (fmod, plus b where the signs differ).
 void fmod(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out, int64_t n);
 void remainder(const float* a, int64_t a_step, const float* b, int64_t b_step, float* out,
