@@ -289,8 +289,8 @@ KILN_VEC16 __m512 mish(__m512 x) {
   return _mm512_mul_ps(x, tanh(log1p_exp(x, _mm512_setzero_ps())));
 }
 
-// avx2::sin_cos: the reduction x - j pi/2 in double, 8 lanes at a time; lanes beyond 2^20, inf
-// and NaN in double through the C library.
+// avx2::sin_cos: the reduction x - j pi/2 in double, 8 lanes at a time, for vectors all within
+// 2^20; any other vector (a lane beyond, inf, NaN) goes to avx2::sin_cos half by half.
 KILN_VEC16 __m256 reduced_eight(__m256 x, __m256 j) {
   const __m512d jd = _mm512_maskz_cvtps_pd(0xFF, j);
   __m512d r = _mm512_fnmadd_pd(jd, _mm512_set1_pd(1.57079632673412561417e+00),
@@ -300,6 +300,8 @@ KILN_VEC16 __m256 reduced_eight(__m256 x, __m256 j) {
 }
 template <bool kCos>
 KILN_VEC16 __m512 sin_cos(__m512 x) {
+  if (!all_within(x, 1048576.0f)) [[unlikely]]
+    return by_halves<avx2::sin_cos<kCos>>(x);
   const __m512 j = round_nearest(_mm512_mul_ps(x, splat(0.636619772367581343f)));
   const __m512 r = from_halves(reduced_eight(low_half(x), low_half(j)),
                                reduced_eight(high_half(x), high_half(j)));
@@ -319,18 +321,6 @@ KILN_VEC16 __m512 sin_cos(__m512 x) {
       _mm512_set1_epi32(INT32_MIN)));
   if constexpr (!kCos)  // sin(-0) = -0, where r came out +0
     y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), x);
-  const __mmask16 beyond = _mm512_cmp_ps_mask(abs(x), splat(1048576.0f), _CMP_NLE_UQ);
-  if (beyond) [[unlikely]] {
-    alignas(64) float lanes[16], results[16];
-    _mm512_store_ps(lanes, x);
-    _mm512_store_ps(results, y);
-    for (int l = 0; l < 16; ++l)
-      if (beyond >> l & 1) {
-        const double v = lanes[l];
-        results[l] = static_cast<float>(kCos ? std::cos(v) : std::sin(v));
-      }
-    y = _mm512_load_ps(results);
-  }
   return y;
 }
 KILN_VEC16 __m512 sin(__m512 x) { return sin_cos<false>(x); }
