@@ -568,6 +568,56 @@ TEST(OpsReduction, Avx2ProdIsWithinAnUlpOfTheReference) {
   EXPECT_NE(test::unsupported_reason(*ints.node, "avx2"), "");
 }
 
+// Rows of at most 256 elements go through the AVX2 kernel 8 at a time: each row's result
+// (f32 and bf16, every recipe, log_softmax's whole row too; NaN, infinities and subnormals among
+// the f32 inputs) is its bits when reduced alone (any NaN for a NaN), for
+// row counts that leave 0 to 7 rows after the last batch, on 1 and 2 threads; 257-element rows
+// take the row path and check the comparison itself.
+TEST(OpsReduction, Avx2BatchedShortRowsAreEachRowAlone) {
+  if (!avx2_available()) GTEST_SKIP() << "no AVX2+FMA";
+  std::mt19937 rng(41);
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    for (const int64_t n : {1, 5, 8, 33, 256, 257}) {
+      for (const int64_t rows : {8, 21, 16 + 7}) {
+        Tensor x = test::random_tensor(DType::F32, {rows, n}, rng, -4, 4);
+        sprinkle(x, sum_extremes(false), rng);
+        if (dtype == DType::BF16) x = test::random_bf16_and_widened({rows, n}, rng).first;
+        const size_t element = dtype == DType::F32 ? 4 : 2;
+        for (const std::string op : {"sum", "mean", "prod", "amax", "amin", "var", "std",
+                                     "logsumexp", "log_softmax"}) {
+          if (dtype == DType::BF16 && op == "prod") continue;  // no bf16 prod kernel
+          SCOPED_TRACE(op + " over " + shape_string(Sizes{rows, n}) + " " +
+                       std::string(dtype_name(dtype)));
+          const bool line = op == "log_softmax";
+          const AttrMap attrs = line ? AttrMap{{"dim", int64_t{1}}} : dims({1});
+          Graph g;  // add_uncast: bf16 nodes as fold_bf16_casts_into_widening_kernels leaves them
+          const Node& all =
+              *g.add_uncast(op, {g.add_input("x", type_of(dtype, {rows, n}))}, attrs)->producer();
+          const Node& one =
+              *g.add_uncast(op, {g.add_input("row", type_of(dtype, {1, n}))}, attrs)->producer();
+          ASSERT_EQ(test::unsupported_reason(all, "avx2"), "");
+          const int64_t per_row = line ? n : 1;
+          for (int threads : {1, 2}) {
+            const Tensor got = test::run_kernel(all, "avx2", {x}, threads)[0];
+            for (int64_t r = 0; r < rows; ++r) {
+              Tensor row = Tensor::empty(dtype, {1, n});
+              std::memcpy(row.data(), static_cast<const char*>(x.data()) + r * n * element,
+                          n * element);
+              const Tensor alone = test::run_kernel(one, "avx2", {row})[0];
+              Tensor from_batch = Tensor::empty(dtype, alone.sizes());
+              std::memcpy(from_batch.data(),
+                          static_cast<const char*>(got.data()) + r * per_row * element,
+                          per_row * element);
+              EXPECT_TRUE(test::same_values(alone, from_batch))
+                  << "row " << r << ", " << threads << " thread(s)";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // bf16 reductions (fold_bf16_casts_into_widening_kernels' form of an f32 reduction between casts:
 // a CNN's global pooling as a mean, a sum, a maximum, a variance, log_softmax): each kernel gives
 // its f32 result on the widened input, rounded, the casts' bits. The shapes take the vector

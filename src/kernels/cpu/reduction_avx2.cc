@@ -310,6 +310,7 @@ struct Row {
   static constexpr int kVectors = 1;
   static constexpr int64_t kStepElements = 1;  // elements per step of n
   static constexpr int64_t kBlockElements = kRowBlock;
+  static constexpr bool kOneBlock = false;  // true: blocks() is 1, the block is the result
   const T* x;
   int64_t n;
 
@@ -353,6 +354,50 @@ struct Row {
   }
 };
 
+// kBatchRows rows of n <= kRowBlock contiguous elements (one block each), one lane a row: short
+// rows go through a pass 8 at a time, so the pass's per-item work is paid once per 8 rows. Each
+// row's arithmetic is Row's, so are its bits.
+constexpr int64_t kBatchRows = 8;
+
+template <typename T>
+struct RowBatch {
+  using Element = T;
+  static constexpr int kVectors = kBatchRows;
+  static constexpr int64_t kStepElements = 1;
+  static constexpr int64_t kBlockElements = kBatchRows * kRowBlock;
+  static constexpr bool kOneBlock = true;
+  const T* x;
+  int64_t n;
+
+  int64_t blocks() const { return 1; }
+  int lanes() const { return kBatchRows; }
+  Row<T> row(int j) const { return {x + j * n, n}; }
+
+  template <class Acc>
+  KILN_AVX2_INLINE std::array<typename Acc::Param, kBatchRows> params(
+      const double* lane_values) const {
+    std::array<typename Acc::Param, kBatchRows> p;
+    for (int j = 0; j < kBatchRows; ++j)
+      p[j] = row(j).template params<Acc>(lane_values ? lane_values + j : nullptr)[0];
+    return p;
+  }
+  template <class Acc>
+  KILN_AVX2_INLINE std::array<Acc, kBatchRows> block(
+      int64_t, const std::array<typename Acc::Param, kBatchRows>& p) const {
+    std::array<Acc, kBatchRows> a;
+    for (int j = 0; j < kBatchRows; ++j) a[j] = row_block<Acc>(x + j * n, n, p[j]);
+    return a;
+  }
+  template <class Acc>
+  KILN_TARGET_AVX2 void results(const std::array<Acc, kBatchRows>& partial, double* out) const {
+    for (int j = 0; j < kBatchRows; ++j) row(j).template results<Acc>({partial[j]}, out + j);
+  }
+  // Row's subtract for each row, lane j's shift c[j]; y is the first row's output.
+  KILN_TARGET_AVX2 void subtract(const double* c, T* y, int64_t begin, int64_t end) const {
+    for (int j = 0; j < kBatchRows; ++j) row(j).subtract(c + j, y + j * n, begin, end);
+  }
+};
+
 // `width` (1..32) adjacent columns, V = ceil(width / 8) vectors, each of n steps `stride` apart;
 // the last vector masked when kMaskLast. Lanes never mix: each is one result.
 template <int V, bool kMaskLast, typename T>
@@ -361,6 +406,7 @@ struct Strip {
   static constexpr int kVectors = V;
   static constexpr int64_t kStepElements = 8 * V;
   static constexpr int64_t kBlockElements = kStripBlock * kStepElements;
+  static constexpr bool kOneBlock = false;
   const T* x;
   int64_t n, stride, width;
 
@@ -433,6 +479,10 @@ KILN_TARGET_AVX2 void reduce_lanes(const Item& item, const double* lane_params, 
   using Tree = PairwiseTree<Acc, Item::kVectors>;
   const auto params = item.template params<Acc>(lane_params);
   const int64_t blocks = item.blocks();
+  if constexpr (Item::kOneBlock) {
+    item.results(item.template block<Acc>(0, params), out);
+    return;
+  }
   Tree tree;
   if (split <= 1) {
     pass_blocks<Acc>(item, 0, blocks, params, tree);
@@ -727,7 +777,14 @@ void reduce_elements(VectorReduction op, const T* x, T* y, ReduceExtents e, doub
   // log_softmax writes x's layout, the reductions one value per (outer, inner).
   const int64_t out_step = op == VectorReduction::LogSoftmax ? e.n : 1;
   if (e.inner == 1) {
-    for_items(e.outer, e.n, threads, [&](int64_t r, int split) {
+    const int64_t batches = e.n <= kRowBlock ? e.outer / kBatchRows : 0;
+    for_items(batches, kBatchRows * e.n, threads, [&](int64_t b, int split) {
+      const int64_t r = b * kBatchRows;
+      reduce_item(op, RowBatch<T>{x + r * e.n, e.n}, y + r * out_step, correction, split);
+    });
+    const int64_t batched = batches * kBatchRows;
+    for_items(e.outer - batched, e.n, threads, [&](int64_t i, int split) {
+      const int64_t r = batched + i;
       reduce_item(op, Row<T>{x + r * e.n, e.n}, y + r * out_step, correction, split);
     });
     return;
