@@ -124,14 +124,17 @@ std::unique_ptr<KernelInstance> softmax_vectorized(const KernelSpec& spec) {
         });
         return;
       }
-      // Blocks of 8 adjacent columns of the inner dim, each [n, inner] slab strided by inner.
-      const int64_t blocks = (e.inner + 7) / 8;
-      cpu::parallel_chunks(e.outer * blocks, 8 * e.n, threads, [&](int64_t begin, int64_t end) {
+      // Blocks of up to 32 adjacent columns of the inner dim, each [n, inner] slab strided by
+      // inner.
+      constexpr int64_t kWidth = cpu::avx2::kSoftmaxColumns;
+      const int64_t blocks = (e.inner + kWidth - 1) / kWidth;
+      cpu::parallel_chunks(e.outer * blocks, kWidth * e.n, threads, [&](int64_t begin,
+                                                                        int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
-          int64_t column = (b % blocks) * 8;
+          int64_t column = (b % blocks) * kWidth;
           int64_t offset = (b / blocks) * e.n * e.inner + column;
           cpu::avx2::softmax_columns(x + offset, y + offset, e.n, e.inner,
-                                     std::min<int64_t>(8, e.inner - column));
+                                     std::min(kWidth, e.inner - column));
         }
       });
     });

@@ -222,6 +222,8 @@ TEST(OpsNormalization, VectorizedSoftmaxMatchesReference) {
       {{1}, -1},        {{3}, -1},        {{5, 7}, -1},     {{17, 17}, 1},  {{2, 1 << 20}, -1},
       {{1 << 20}, 0},   {{300, 768}, -1}, {{4, 17, 3}, 1},  {{3, 7, 9}, -2}, {{2, 5, 17}, 0},
       {{6, 1000}, 0},   {{0, 5}, -1},     {{5, 0}, 0},      {{2, 3, 1}, 1},
+      // Columns in blocks of 32: 1 to 4 vectors, the last full or partial.
+      {{9, 32}, 0},     {{6, 45}, 0},     {{3, 7, 24}, 1},  {{2, 40, 70}, 1}, {{5, 31}, 0},
   };
   for (const auto& [sizes, axis] : cases) {
     for (bool extremes : {false, true}) {
@@ -279,7 +281,7 @@ TEST(OpsNormalization, Bf16SoftmaxIsTheF32OneBetweenCasts) {
   using Sizes = std::vector<int64_t>;
   const std::vector<std::pair<Sizes, int64_t>> cases = {
       {{1}, -1}, {{3, 7}, -1}, {{4, 100}, -1}, {{2, 3075}, -1}, {{17, 5}, 0}, {{3, 9, 20}, 1},
-      {{0, 8}, -1}};
+      {{5, 45}, 0}, {{0, 8}, -1}};
   for (const auto& [sizes, axis] : cases) {
     for (bool extremes : {false, true}) {
       SCOPED_TRACE(shape_string(sizes) + " axis " + std::to_string(axis) +

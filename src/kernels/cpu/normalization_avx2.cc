@@ -160,6 +160,73 @@ KILN_TARGET_AVX2 void rms_norm_row(const float* x, const float* weight, float* y
                               kWeight ? _mm256_maskload_ps(weight + full, mask) : none));
 }
 
+// 8 lanes of x's type at p as f32 (`count` < 8: the first count of them, the rest unspecified),
+// and the f32 lanes stored back as that type.
+KILN_TARGET_AVX2 inline __m256 load_lanes(const float* p, int64_t count) {
+  return count == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(count));
+}
+KILN_TARGET_AVX2 inline __m256 load_lanes(const BFloat16* p, int64_t count) {
+  return count == 8 ? load_bf16(p) : load_bf16_tail(p, count);
+}
+KILN_TARGET_AVX2 inline void store_lanes(float* p, int64_t count, __m256 v) {
+  if (count == 8) _mm256_storeu_ps(p, v);
+  else _mm256_maskstore_ps(p, tail_mask(count), v);
+}
+KILN_TARGET_AVX2 inline void store_lanes(BFloat16* p, int64_t count, __m256 v) {
+  if (count == 8) store_bf16(p, v);
+  else store_bf16_tail(p, count, v);
+}
+
+// Softmax down V vectors of 8 adjacent columns (count of them, the last vector partial when
+// kMasked): every lane is one column, so a step down the block reads whole cache lines. Per
+// column: the maximum, the sum of exp(x - max) in f64 with each exp kept in f32 at
+// exps[k * exps_stride] (y itself for f32), then each exp times 1/sum, rounded to T.
+template <int V, bool kMasked, typename T>
+KILN_TARGET_AVX2 void softmax_column_block(const T* x, T* y, int64_t n, int64_t stride,
+                                           int64_t count, float* exps, int64_t exps_stride) {
+  auto lanes = [&](int j) { return kMasked && j == V - 1 ? count - 8 * j : int64_t{8}; };
+  __m256 max[V];
+  for (int j = 0; j < V; ++j) max[j] = splat(-INFINITY);
+  for (int64_t k = 0; k < n; ++k)
+    for (int j = 0; j < V; ++j)
+      max[j] = _mm256_max_ps(max[j], load_lanes(x + k * stride + 8 * j, lanes(j)));
+  __m256d sum_lo[V], sum_hi[V];
+  for (int j = 0; j < V; ++j) sum_lo[j] = sum_hi[j] = _mm256_setzero_pd();
+  for (int64_t k = 0; k < n; ++k) {
+    for (int j = 0; j < V; ++j) {
+      const __m256 e = exp_minus(load_lanes(x + k * stride + 8 * j, lanes(j)), max[j]);
+      store_lanes(exps + k * exps_stride + 8 * j, lanes(j), e);
+      sum_lo[j] = _mm256_add_pd(sum_lo[j], low_half(e));
+      sum_hi[j] = _mm256_add_pd(sum_hi[j], high_half(e));
+    }
+  }
+  const __m256d one = _mm256_set1_pd(1.0);
+  __m256 inv[V];
+  for (int j = 0; j < V; ++j)
+    inv[j] = to_float(_mm256_div_pd(one, sum_lo[j]), _mm256_div_pd(one, sum_hi[j]));
+  for (int64_t k = 0; k < n; ++k)
+    for (int j = 0; j < V; ++j)
+      store_lanes(y + k * stride + 8 * j, lanes(j),
+                  _mm256_mul_ps(load_lanes(exps + k * exps_stride + 8 * j, lanes(j)), inv[j]));
+}
+
+// Blocks of 1 to kSoftmaxColumns columns, each through its instance of softmax_column_block.
+template <typename T>
+KILN_TARGET_AVX2 void softmax_column_blocks(const T* x, T* y, int64_t n, int64_t stride,
+                                            int64_t count, float* exps, int64_t exps_stride) {
+  auto run = [&]<int V, bool kMasked>() KILN_TARGET_AVX2 {
+    softmax_column_block<V, kMasked>(x, y, n, stride, count, exps, exps_stride);
+  };
+  const bool masked = count % 8 != 0;
+  switch ((count + 7) / 8) {
+    case 1: return masked ? run.template operator()<1, true>() : run.template operator()<1, false>();
+    case 2: return masked ? run.template operator()<2, true>() : run.template operator()<2, false>();
+    case 3: return masked ? run.template operator()<3, true>() : run.template operator()<3, false>();
+    default:
+      return masked ? run.template operator()<4, true>() : run.template operator()<4, false>();
+  }
+}
+
 }  // namespace
 
 KILN_TARGET_AVX2 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n) {
@@ -168,25 +235,7 @@ KILN_TARGET_AVX2 void softmax_rows(const float* x, float* y, int64_t rows, int64
 
 KILN_TARGET_AVX2 void softmax_columns(const float* x, float* y, int64_t n, int64_t stride,
                                       int64_t count) {
-  const __m256i mask = tail_mask(count);
-  const __m256 neg_inf = splat(-INFINITY);
-  auto load = [&](int64_t k) KILN_TARGET_AVX2 {
-    return RowLoader{x + k * stride}.tail(0, mask, neg_inf);
-  };
-  __m256 max = neg_inf;
-  for (int64_t k = 0; k < n; ++k) max = _mm256_max_ps(max, load(k));
-  __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
-  for (int64_t k = 0; k < n; ++k) {
-    const __m256 e = exp_minus(load(k), max);
-    _mm256_maskstore_ps(y + k * stride, mask, e);
-    sum_lo = _mm256_add_pd(sum_lo, low_half(e));
-    sum_hi = _mm256_add_pd(sum_hi, high_half(e));
-  }
-  const __m256d one = _mm256_set1_pd(1.0);
-  const __m256 inv = to_float(_mm256_div_pd(one, sum_lo), _mm256_div_pd(one, sum_hi));
-  for (int64_t k = 0; k < n; ++k)
-    _mm256_maskstore_ps(y + k * stride, mask,
-                        _mm256_mul_ps(_mm256_maskload_ps(y + k * stride, mask), inv));
+  softmax_column_blocks(x, y, n, stride, count, y, stride);
 }
 
 KILN_TARGET_AVX2 void softmax_rows(const BFloat16* x, BFloat16* y, int64_t rows, int64_t n) {
@@ -198,17 +247,13 @@ KILN_TARGET_AVX2 void softmax_rows(const BFloat16* x, BFloat16* y, int64_t rows,
       avx2::widen_bf16_row, avx2::narrow_to_bf16_row);
 }
 
-// The block's columns gathered into a dense [n, 8] buffer, 8 floats a step.
+// The exps in a dense f32 [n, width] buffer: rounding them to bf16 in y would change the result.
 KILN_TARGET_AVX2 void softmax_columns(const BFloat16* x, BFloat16* y, int64_t n, int64_t stride,
                                       int64_t count) {
-  thread_local std::vector<float> buffer;
-  buffer.resize(static_cast<size_t>(n) * 8);
-  float* block = buffer.data();
-  for (int64_t k = 0; k < n; ++k)
-    _mm256_storeu_ps(block + k * 8, load_bf16_tail(x + k * stride, count));
-  softmax_columns(block, block, n, 8, count);
-  for (int64_t k = 0; k < n; ++k)
-    store_bf16_tail(y + k * stride, count, _mm256_loadu_ps(block + k * 8));
+  const int64_t width = (count + 7) / 8 * 8;
+  thread_local std::vector<float> exps;
+  exps.resize(static_cast<size_t>(n * width));
+  softmax_column_blocks(x, y, n, stride, count, exps.data(), width);
 }
 
 KILN_TARGET_AVX2 void layer_norm(const float* x, const float* weight, const float* bias,

@@ -15,11 +15,13 @@ namespace avx2 {
 
 // Softmax of each of `rows` contiguous rows of n elements.
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n);
-// Softmax down `count` (1..8) adjacent columns of an [n, stride] block: element k of column c
-// is at x[k * stride + c].
+// Softmax down `count` (1..kSoftmaxColumns) adjacent columns of an [n, stride] block: element k
+// of column c is at x[k * stride + c].
+inline constexpr int64_t kSoftmaxColumns = 32;
 void softmax_columns(const float* x, float* y, int64_t n, int64_t stride, int64_t count);
-// The same in bf16: each row (each block of columns) widened into a buffer, the f32 kernel run
-// there, its results rounded, the bits of the f32 kernel between casts.
+// The same in bf16, the bits of the f32 kernel between casts: each row widened into a buffer,
+// the f32 kernel run there and its results rounded; columns widened as they are read, their
+// exps kept in an f32 buffer.
 void softmax_rows(const BFloat16* x, BFloat16* y, int64_t rows, int64_t n);
 void softmax_columns(const BFloat16* x, BFloat16* y, int64_t n, int64_t stride, int64_t count);
 
