@@ -463,6 +463,66 @@ TEST(ChooseLayouts, ChainsWithWinogradShapesTryNChw16cFirst) {
   EXPECT_NE(plan.find("onednn_winograd"), std::string::npos) << plan;
 }
 
+// A blocked layout that splits a grouped convolution's groups of channels leaves oneDNN only its
+// reference kernel (a ResNeXt block, 32 groups of 4 channels, took 48x eager's time in
+// nChw16c): such layouts leave the candidates, and a convolution that no blocked layout fits
+// stays plain. Depthwise convolutions (one channel a group) keep them all.
+TEST(ChooseLayouts, GroupedConvolutionsKeepTheirGroupsInWholeBlocks) {
+  std::mt19937 rng(12);
+  Graph g("g");
+  auto conv = [&](int64_t channels, int64_t groups, const std::string& name) {
+    Value* x = g.add_input("x_" + name, TensorType{DType::F32, make_shape({1, channels, 8, 8})});
+    Value* w = g.add_constant(
+        "w_" + name,
+        test::random_tensor(DType::F32, {channels, channels / groups, 3, 3}, rng, -0.2, 0.2));
+    return g.add("conv2d", {x, w},
+                 {{"padding", std::vector<int64_t>{1, 1}}, {"groups", groups}}, name);
+  };
+  Value* groups_of_8 = conv(32, 4, "groups_of_8");
+  Value* groups_of_4 = conv(128, 32, "groups_of_4");
+  Value* depthwise = conv(32, 32, "depthwise");
+  g.set_outputs({groups_of_8, groups_of_4, depthwise});
+  const std::vector<Layout> usual = cpu::conv_layout_candidates(DType::F32);
+  auto without = [&](std::vector<Layout> layouts, int64_t max_block) {
+    std::erase_if(layouts, [&](Layout l) { return layout_channel_block(l) > max_block; });
+    return layouts.empty() ? std::vector<Layout>{Layout::Plain} : layouts;
+  };
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {groups_of_8->producer()}), without(usual, 8));
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {groups_of_4->producer()}), without(usual, 1));
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32, {depthwise->producer()}), usual);
+  EXPECT_EQ(cpu::conv_layout_candidates(DType::F32,
+                                        {depthwise->producer(), groups_of_8->producer()}),
+            without(usual, 8));
+
+  // Through the pipeline each convolution's layout keeps its groups whole, and the results are
+  // the reference kernels' (a reference kernel of oneDNN's would give them too, slowly: the
+  // candidates above are what rules it out).
+  std::vector<Tensor> inputs;
+  for (const Value* in : g.inputs())
+    inputs.push_back(test::random_tensor(DType::F32, {1, in->type().shape[1].size(), 8, 8}, rng,
+                                         -1, 1));
+  auto compiled = CompiledGraph::compile(g, {.verify = true});
+  for (const Node* n : compiled->graph().nodes()) {
+    if (n->op() != "conv2d") continue;
+    SCOPED_TRACE(n->name());
+    Layout layout = Layout::Plain;
+    ASSERT_TRUE(parse_layout(n->attr_string("layout"), layout));
+    const int64_t per_group = n->input(1)->type().shape[1].size();
+    EXPECT_TRUE(per_group == 1 || per_group % layout_channel_block(layout) == 0)
+        << layout_name(layout);
+  }
+  std::vector<TensorView> views;
+  for (const Tensor& t : inputs) views.push_back(t.view());
+  const std::vector<Tensor> got = compiled->run(views);
+  const std::vector<Tensor> expected =
+      CompiledGraph::compile(g, {.optimization_level = 0})->run(views);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    for (int64_t e = 0; e < got[i].numel(); ++e)
+      ASSERT_NEAR(got[i].data<float>()[e], expected[i].data<float>()[e], 1e-4)
+          << "output " << i << " at " << e;
+}
+
 // ResNet-50's stem, conv → batch_norm → relu → max_pool2d → conv, through the whole pipeline (the
 // fuse stage folds the norm and fuses the relu): the max pooling reads the stem's output and
 // feeds the next convolution in the chain's layout, with no reorder around it; the format dump

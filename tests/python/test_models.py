@@ -108,6 +108,10 @@ def small_models():
             hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2,
             num_attention_heads=[1, 2], sr_ratios=[2, 1], decoder_hidden_size=32,
             patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])), image),
+        # Grouped convolutions of 8 channels a group (a blocked layout of 16 would split them),
+        # squeeze-and-excite.
+        "regnet": (lambda: T.RegNetModel(T.RegNetConfig(
+            hidden_sizes=[16, 32], depths=[1, 1], groups_width=8, embedding_size=16)), image),
         # Audio: two 1-d convolutions with GELU over mel features, then a transformer encoder.
         "whisper-encoder": (lambda: T.WhisperModel(T.WhisperConfig(
             vocab_size=100, d_model=64, encoder_layers=2, decoder_layers=1,

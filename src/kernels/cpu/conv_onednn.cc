@@ -281,15 +281,39 @@ bool winograd_shaped(const Node* conv) {
                                           .dilation_w = dilation[1]});
 }
 
-}  // namespace
+// Whether each group of a conv2d node's input and output channels is whole blocks of `block`
+// (or one channel: depthwise), which oneDNN's blocked kernels of grouped convolutions need.
+bool groups_fill_blocks(const Node* conv, int64_t block) {
+  const int64_t groups = conv->attr_int("groups");
+  if (groups == 1 || block == 1) return true;
+  const Shape& w = conv->input(1)->type().shape;  // [out channels, in channels / groups, kh, kw]
+  if (!w[0].is_static() || !w[1].is_static()) return false;
+  const int64_t in_per_group = w[1].size(), out_per_group = w[0].size() / groups;
+  return in_per_group == 1 || (in_per_group % block == 0 && out_per_group % block == 0);
+}
 
-std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const Node*>& convs) {
+// The layouts of `preferred` (in order) in which every one of `convs` gets a jit kernel: a
+// blocked layout that splits a group of channels leaves oneDNN only its reference kernel (a
+// ResNeXt block's 32 groups of 4 channels in nChw16c: 48x eager's time). None left: plain,
+// where the convolution runs im2col and GEMM group by group.
+std::vector<Layout> fitting(std::vector<Layout> preferred, const std::vector<const Node*>& convs) {
+  std::erase_if(preferred, [&](Layout layout) {
+    return !std::all_of(convs.begin(), convs.end(), [&](const Node* conv) {
+      return groups_fill_blocks(conv, layout_channel_block(layout));
+    });
+  });
+  if (preferred.empty()) return {Layout::Plain};
+  return preferred;
+}
+
+// The layouts measured fastest for `convs`, in order.
+std::vector<Layout> preferred_conv_layouts(DType dtype, const std::vector<const Node*>& convs) {
   // Measured on three CPUs of docs/benchmarks.md (2 threads): a Xeon with AMX, a Zen 4 with
   // AVX-512 on 256-bit FMA units (2026-12-01), a Zen 5 with 512-bit ones (2026-12-03).
   if (dtype == DType::BF16) {
     // Without AVX512-BF16 a bf16 convolution runs the f32 one on widened operands (and oneDNN
     // might have no bf16 convolution to ask about).
-    if (!onednn_has_bf16()) return conv_layout_candidates(DType::F32);
+    if (!onednn_has_bf16()) return preferred_conv_layouts(DType::F32, {});
     const Layout preferred = onednn_preferred_conv_layout(DType::BF16);
     // What format `any` picks: nhwc with AMX, whose brgconv kernels ran ResNet-50 at batch 1 in
     // 10.2 ms against 39.6 in nChw16c's avx512_core_bf16 kernels. nhwc also takes any channel
@@ -303,7 +327,7 @@ std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const 
   // 1 in 26.0-27.0 against 28.5-29.3 ms in nhwc, at batch 8 in 173 against 203 ms (2026-12-02,
   // docs/benchmarks.md): a chain holding one of their shapes tries nChw16c first.
   if (onednn_has_winograd() && std::any_of(convs.begin(), convs.end(), winograd_shaped)) {
-    std::vector<Layout> candidates = conv_layout_candidates(DType::F32);
+    std::vector<Layout> candidates = preferred_conv_layouts(DType::F32, {});
     candidates.erase(std::remove(candidates.begin(), candidates.end(), Layout::NChw16c),
                      candidates.end());
     candidates.insert(candidates.begin(), Layout::NChw16c);
@@ -323,6 +347,12 @@ std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const 
   if (preferred == Layout::NHWC && !avx512_fma_full_width())
     return {Layout::NChw16c, Layout::NChw8c, Layout::NHWC};
   return {preferred};
+}
+
+}  // namespace
+
+std::vector<Layout> conv_layout_candidates(DType dtype, const std::vector<const Node*>& convs) {
+  return fitting(preferred_conv_layouts(dtype, convs), convs);
 }
 
 }  // namespace kiln::cpu

@@ -59,7 +59,8 @@ Layout onednn_preferred_conv_layout(DType dtype = DType::F32);
 
 // The layouts the format stage tries for a chain of convolutions of `dtype` (`convs`, the
 // chain's conv2d nodes), in order of preference (the last is the fallback): measured per CPU
-// (conv_onednn.cc).
+// (conv_onednn.cc), less the blocked layouts that would split a grouped convolution's groups of
+// channels (oneDNN has only its reference kernel for those); {Plain} when none is left.
 std::vector<Layout> conv_layout_candidates(DType dtype = DType::F32,
                                            const std::vector<const Node*>& convs = {});
 
