@@ -62,6 +62,8 @@ ALIASES = {
     "__rpow__": "pow",
     "true_divide": "div",
     "float_power": "pow",
+    "norm": "linalg_vector_norm",
+    "nn.functional.normalize": "linalg_vector_norm",
 }
 
 # OpInfos whose op seeds the RNG first (wrapper_set_seed), which dynamo can't trace, so nothing
@@ -88,7 +90,8 @@ SUBSET = (
     "squeeze", "index_select", "gather", "flip", "roll", "masked_fill", "scatter", "scatter_add",
     "index_put", "slice_scatter", "select_scatter", "prod", "any", "all", "max", "zeros", "ones",
     "full_like", "zeros_like", "fill", "as_strided", "unbind", "sort",
-    "nn.functional.scaled_dot_product_attention", "nn.functional.pad",
+    "nn.functional.scaled_dot_product_attention", "nn.functional.pad", "linalg.vector_norm",
+    "nn.functional.normalize",
 )
 SUBSET_SAMPLES = 4
 

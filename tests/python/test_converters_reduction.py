@@ -131,3 +131,28 @@ def test_histc_of_the_data_range_with_nan_is_a_coded_error():
     with pytest.raises(kiln.Error) as caught:
         compiled(x)
     assert caught.value.code == "E40002" and "not finite" in str(caught.value)
+
+
+# linalg.vector_norm (torch.norm, torch.linalg.vector_norm, F.normalize): each ord's reduction
+# of |x| (0: the count of nonzeros, ±inf: the largest or smallest magnitude, otherwise the sum of
+# |x|^ord to the power 1/ord), over some dims or all, kept or not, and with a dtype (a cast of
+# x); zeros and negative values included, so that |x| matters and ord < 0 meets 1/0.
+@pytest.mark.parametrize("ord", [2, 1, 0, 3, 0.5, -1.5, float("inf"), float("-inf")])
+@pytest.mark.parametrize("dim, keepdim", [(None, False), (-1, True), ((0, 2), False)])
+def test_vector_norm(ord, dim, keepdim):
+    x = INPUTS["f32"].clone()
+    x[0, 1] = 0
+    fn = lambda x: torch.linalg.vector_norm(x, ord, dim, keepdim)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x))
+
+
+def test_vector_norm_in_a_dtype_and_normalize():
+    x = INPUTS["f32"]
+    fns = [lambda x: torch.linalg.vector_norm(x, dim=1, dtype=torch.float64),
+           lambda x: torch.nn.functional.normalize(x, dim=-1),
+           lambda x: x.norm(p=2, dim=0, keepdim=True)]
+    for fn in fns:
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+        torch.testing.assert_close(got, fn(x))

@@ -1,5 +1,6 @@
 // Reductions → Kiln's reduction family.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "frontend/converter.h"
@@ -43,9 +44,30 @@ Converter spread(const std::string& op) {
   };
 }
 
+// linalg.vector_norm(x, ord, dim, keepdim, dtype) (torch.norm, F.normalize): the reductions
+// of |x| its ord names, the sum of |x|^ord to the power 1/ord otherwise, as PyTorch defines them.
+std::vector<Value*> vector_norm(ConvertContext& ctx) {
+  Value* x = ctx.tensor("self");
+  if (ctx.has("dtype")) x = ctx.cast(x, *ctx.dtype("dtype"));
+  if (!is_floating(x->type().dtype)) ctx.unsupported("vector_norm of a non-float tensor");
+  const double ord = ctx.has("ord") ? ctx.number("ord") : 2.0;
+  const AttrMap over{{"dim", reduced_dims(ctx, "dim")},
+                     {"keepdim", ctx.has("keepdim") && ctx.boolean("keepdim")}};
+  const DType dtype = x->type().dtype;
+  if (ord == 0) return {ctx.cast(ctx.add("sum", {ctx.add("ne", {x, ctx.scalar(0, dtype)})}, over),
+                                 dtype)};
+  if (ord == 2) return {ctx.add("sqrt", {ctx.add("sum", {ctx.add("mul", {x, x})}, over)})};
+  Value* magnitude = ctx.add("abs", {x});
+  if (std::isinf(ord)) return {ctx.add(ord > 0 ? "amax" : "amin", {magnitude}, over)};
+  if (ord == 1) return {ctx.add("sum", {magnitude}, over)};
+  Value* powers = ctx.add("pow", {magnitude, ctx.scalar(ord, dtype)});
+  return {ctx.add("pow", {ctx.add("sum", {powers}, over), ctx.scalar(1 / ord, dtype)})};
+}
+
 }  // namespace
 
 void register_aten_reduction_converters(ConverterRegistry& r) {
+  r.add("aten.linalg_vector_norm.default", vector_norm);
   r.add("aten.sum.dim_IntList", reduce_dims("sum", "dim"));
   r.add("aten.mean.dim", reduce_dims("mean", "dim"));
   r.add("aten.amax.default", reduce_dims("amax", "dim"));
