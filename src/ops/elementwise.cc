@@ -344,6 +344,17 @@ KILN_WIDE_UNARY(Cos, std::cos(x))
 KILN_WIDE_UNARY(Tanh, std::tanh(x))
 KILN_WIDE_UNARY(Sigmoid, 1 / (1 + std::exp(-x)))
 KILN_WIDE_UNARY(Erf, std::erf(x))
+KILN_WIDE_UNARY(Tan, std::tan(x))
+KILN_WIDE_UNARY(Asin, std::asin(x))
+KILN_WIDE_UNARY(Acos, std::acos(x))
+KILN_WIDE_UNARY(Atan, std::atan(x))
+KILN_WIDE_UNARY(Sinh, std::sinh(x))
+KILN_WIDE_UNARY(Cosh, std::cosh(x))
+KILN_WIDE_UNARY(Asinh, std::asinh(x))
+KILN_WIDE_UNARY(Acosh, std::acosh(x))
+KILN_WIDE_UNARY(Atanh, std::atanh(x))
+KILN_WIDE_UNARY(Exp2, std::exp2(x))
+KILN_WIDE_UNARY(Log10, std::log10(x))
 // x * Phi(x) with Phi written through erfc, which keeps its relative accuracy for x << 0 where
 // 1 + erf(x / sqrt 2) would cancel.
 KILN_WIDE_UNARY(GeluErf, 0.5 * x * std::erfc(-x * std::numbers::sqrt2 / 2))
@@ -801,6 +812,18 @@ const std::vector<OpEntry>& op_table() {
       entry<Tanh, kFloating>("tanh", {}, KILN_AVX2(unary_avx2<&cpu::avx2::tanh>)),
       entry<Sigmoid, kFloating>("sigmoid", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sigmoid>)),
       entry<Erf, kFloating>("erf", {}, KILN_AVX2(unary_avx2<&cpu::avx2::erf>)),
+      // Rare in models: the reference loop alone (libm in double, one rounding).
+      entry<Tan, kFloating>("tan"),
+      entry<Asin, kFloating>("asin"),
+      entry<Acos, kFloating>("acos"),
+      entry<Atan, kFloating>("atan"),
+      entry<Sinh, kFloating>("sinh"),
+      entry<Cosh, kFloating>("cosh"),
+      entry<Asinh, kFloating>("asinh"),
+      entry<Acosh, kFloating>("acosh"),
+      entry<Atanh, kFloating>("atanh"),
+      entry<Exp2, kFloating>("exp2"),
+      entry<Log10, kFloating>("log10"),
       with_variant(entry<GeluErf, kFloatOnly>("gelu", {},
                                               KILN_AVX2(unary_avx2<&cpu::avx2::gelu_erf>)),
                    "approximate", "none"),

@@ -400,6 +400,17 @@ TEST(OpsElementwise, ReferenceUnaryMatchesHandComputedValues) {
   expect_unary_reference("log2", {}, {8, 3, 0}, {3, 1.58496249f, -kInf});
   expect_unary_reference("sin", {}, {1, -0.0f, kInf}, {0.841470957f, -0.0f, kNaN});
   expect_unary_reference("cos", {}, {1, 0}, {0.540302277f, 1});
+  expect_unary_reference("tan", {}, {1, -0.0f, kInf}, {1.55740774f, -0.0f, kNaN});
+  expect_unary_reference("asin", {}, {0.5f, 2, -1}, {0.52359879f, kNaN, -1.57079637f});
+  expect_unary_reference("acos", {}, {0.5f, 1, -1}, {1.04719758f, 0, 3.14159274f});
+  expect_unary_reference("atan", {}, {1, kInf, -0.0f}, {0.785398185f, 1.57079637f, -0.0f});
+  expect_unary_reference("sinh", {}, {1, 100, -0.0f}, {1.17520118f, kInf, -0.0f});
+  expect_unary_reference("cosh", {}, {1, 0, -kInf}, {1.54308069f, 1, kInf});
+  expect_unary_reference("asinh", {}, {1, -kInf, -0.0f}, {0.881373584f, -kInf, -0.0f});
+  expect_unary_reference("acosh", {}, {2, 0.5f, 1}, {1.31695795f, kNaN, 0});
+  expect_unary_reference("atanh", {}, {0.5f, 1, 2}, {0.549306154f, kInf, kNaN});
+  expect_unary_reference("exp2", {}, {3, 0.5f, -kInf, 128}, {8, 1.41421354f, 0, kInf});
+  expect_unary_reference("log10", {}, {1000, 2, 0, -1}, {3, 0.30103001f, -kInf, kNaN});
   expect_unary_reference("reciprocal", {}, {4, -0.0f, 3}, {0.25f, -kInf, 0.333333343f});
   expect_unary_reference("sigmoid", {}, {0, 2, -2, -100, kInf, -kInf},
                          {0.5f, 0.880797088f, 0.119202919f, 3.78350585e-44f, 1, 0});
@@ -1420,7 +1431,8 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
                          "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
                          "gelu", "silu", "mish", "hardswish", "hardsigmoid", "leaky_relu", "elu",
                          "softplus", "hardtanh", "clamp", "floor", "ceil", "trunc", "round",
-                         "isnan", "isinf", "logical_not"})
+                         "isnan", "isinf", "logical_not", "tan", "asin", "acos", "atan", "sinh",
+                         "cosh", "asinh", "acosh", "atanh", "exp2", "log10"})
     cases.push_back({op, {f}});
   for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
                          "remainder", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
@@ -1472,7 +1484,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
   }
   // Every elementwise op of the registry is covered.
   for (const std::string& op : covered) EXPECT_NE(OpRegistry::instance().find(op), nullptr);
-  EXPECT_EQ(covered.size(), 53u);
+  EXPECT_EQ(covered.size(), 64u);
 }
 
 }  // namespace

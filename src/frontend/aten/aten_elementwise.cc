@@ -156,7 +156,8 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   for (const char* op : {"relu", "neg", "abs", "sign", "exp", "expm1", "log", "log1p", "log2",
                          "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
                          "silu", "mish", "hardswish", "hardsigmoid", "floor", "ceil", "trunc",
-                         "round", "isnan", "isinf", "logical_not"})
+                         "round", "isnan", "isinf", "logical_not", "tan", "asin", "acos", "atan",
+                         "sinh", "cosh", "asinh", "acosh", "atanh", "exp2", "log10"})
     r.add("aten." + std::string(op) + ".default", unary(op));
   r.add("aten.round.decimals", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("round", {ctx.tensor("self")}, {{"decimals", ctx.integer("decimals")}})};
