@@ -310,7 +310,7 @@ struct Row {
   static constexpr int kVectors = 1;
   static constexpr int64_t kStepElements = 1;  // elements per step of n
   static constexpr int64_t kBlockElements = kRowBlock;
-  static constexpr bool kOneBlock = false;  // true: blocks() is 1, the block is the result
+  static constexpr bool kOneBlock = false;  // true: one block, its result the item's
   const T* x;
   int64_t n;
 
@@ -364,12 +364,10 @@ struct RowBatch {
   using Element = T;
   static constexpr int kVectors = kBatchRows;
   static constexpr int64_t kStepElements = 1;
-  static constexpr int64_t kBlockElements = kBatchRows * kRowBlock;
   static constexpr bool kOneBlock = true;
   const T* x;
   int64_t n;
 
-  int64_t blocks() const { return 1; }
   int lanes() const { return kBatchRows; }
   Row<T> row(int j) const { return {x + j * n, n}; }
 
@@ -476,36 +474,36 @@ KILN_TARGET_AVX2 void pass_blocks(const Item& item, int64_t begin, int64_t end,
 template <class Acc, class Item>
 KILN_TARGET_AVX2 void reduce_lanes(const Item& item, const double* lane_params, int split,
                                    double* out) {
-  using Tree = PairwiseTree<Acc, Item::kVectors>;
   const auto params = item.template params<Acc>(lane_params);
-  const int64_t blocks = item.blocks();
-  if constexpr (Item::kOneBlock) {
+  if constexpr (Item::kOneBlock) {  // the one block is the result: no tree to build
     item.results(item.template block<Acc>(0, params), out);
-    return;
-  }
-  Tree tree;
-  if (split <= 1) {
-    pass_blocks<Acc>(item, 0, blocks, params, tree);
   } else {
-    int64_t run = 1;
-    while (run * 4 * split < blocks) run *= 2;
-    const int64_t runs = (blocks + run - 1) / run;
-    // Aligned by hand: vector types are 32-byte aligned only in code compiled for AVX, and
-    // std::allocator is not.
-    std::vector<std::byte> storage(static_cast<size_t>(runs) * sizeof(Tree) + alignof(Tree));
-    void* start = storage.data();
-    size_t space = storage.size();
-    Tree* trees = static_cast<Tree*>(
-        std::align(alignof(Tree), static_cast<size_t>(runs) * sizeof(Tree), start, space));
-    for (int64_t r = 0; r < runs; ++r) new (trees + r) Tree();
-    parallel_chunks(runs, run * Item::kBlockElements, split, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        pass_blocks<Acc>(item, r * run, std::min(blocks, (r + 1) * run), params, trees[r]);
-    });
-    for (int64_t r = 0; r < runs; ++r)
-      for (int i = 0; i < trees[r].size; ++i) tree.push(trees[r].nodes[i], trees[r].levels[i]);
+    using Tree = PairwiseTree<Acc, Item::kVectors>;
+    const int64_t blocks = item.blocks();
+    Tree tree;
+    if (split <= 1) {
+      pass_blocks<Acc>(item, 0, blocks, params, tree);
+    } else {
+      int64_t run = 1;
+      while (run * 4 * split < blocks) run *= 2;
+      const int64_t runs = (blocks + run - 1) / run;
+      // Aligned by hand: vector types are 32-byte aligned only in code compiled for AVX, and
+      // std::allocator is not.
+      std::vector<std::byte> storage(static_cast<size_t>(runs) * sizeof(Tree) + alignof(Tree));
+      void* start = storage.data();
+      size_t space = storage.size();
+      Tree* trees = static_cast<Tree*>(
+          std::align(alignof(Tree), static_cast<size_t>(runs) * sizeof(Tree), start, space));
+      for (int64_t r = 0; r < runs; ++r) new (trees + r) Tree();
+      parallel_chunks(runs, run * Item::kBlockElements, split, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r)
+          pass_blocks<Acc>(item, r * run, std::min(blocks, (r + 1) * run), params, trees[r]);
+      });
+      for (int64_t r = 0; r < runs; ++r)
+        for (int i = 0; i < trees[r].size; ++i) tree.push(trees[r].nodes[i], trees[r].levels[i]);
+    }
+    item.results(tree.total(), out);
   }
-  item.results(tree.total(), out);
 }
 
 // The recipe of each op over one item: y is its first result (a reduction) or its first element
