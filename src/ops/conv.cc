@@ -33,6 +33,7 @@
 #include "kernels/cpu/parallel_chunks.h"
 #include "ops/dtype_attr.h"
 #include "ops/op_registry.h"
+#include "ops/window_dims.h"
 
 namespace kiln {
 
@@ -146,26 +147,7 @@ void infer_conv2d(InferContext& ctx) {
   ctx.check(w.shape[2].is_static() && w.shape[3].is_static() && w.shape[2].size() >= 1 &&
                 w.shape[3].size() >= 1,
             "the kernel's height and width (w's dims 2 and 3) must be known and positive");
-  const Dim out_channels = w.shape[0];
-  const auto g = std::to_string(groups);
-  if (out_channels.is_static())
-    ctx.check(
-        out_channels.size() % groups == 0,
-        "groups=" + g + " must divide w's output channels " + std::to_string(out_channels.size()));
-  const Dim in_channels = x.shape[1];
-  if (in_channels.is_static()) {
-    ctx.check(in_channels.size() % groups == 0,
-              "groups=" + g + " must divide x's channels " + std::to_string(in_channels.size()));
-    if (w.shape[1].is_static())
-      ctx.check(in_channels.size() == w.shape[1].size() * groups,
-                "x has " + std::to_string(in_channels.size()) + " channels but w takes " +
-                    std::to_string(w.shape[1].size()) + " per group x " + g +
-                    " groups = " + std::to_string(w.shape[1].size() * groups));
-  }
-  if (extras.bias) {
-    ctx.check(ctx.input(2).rank() == 1, "bias must be 1-D [O]");
-    ctx.unify(ctx.input(2).shape[0], out_channels, "bias size and w's output channels");
-  }
+  const Dim out_channels = check_conv_channels(ctx, x, w, groups, extras.bias);
 
   const auto pad = padding_tlbr(padding);
   Dim oh = output_dim(ctx, x.shape[2], pad[0] + pad[2], w.shape[2].size(), dilation[0], stride[0],

@@ -54,25 +54,7 @@ void infer_conv1d(InferContext& ctx) {
   ctx.check(w.shape[2].is_static() && in_range(w.shape[2].size(), 1),
             "the kernel's length (w's dim 2) must be known, positive and below 2^31");
 
-  const std::string g = std::to_string(groups);
-  const Dim out_channels = w.shape[0];
-  if (out_channels.is_static())
-    ctx.check(out_channels.size() % groups == 0,
-              "groups=" + g + " must divide w's output channels " + std::to_string(out_channels.size()));
-  const Dim in_channels = x.shape[1];
-  if (in_channels.is_static()) {
-    ctx.check(in_channels.size() % groups == 0,
-              "groups=" + g + " must divide x's channels " + std::to_string(in_channels.size()));
-    if (w.shape[1].is_static())
-      ctx.check(in_channels.size() == w.shape[1].size() * groups,
-                "x has " + std::to_string(in_channels.size()) + " channels but w takes " +
-                    std::to_string(w.shape[1].size()) + " per group x " + g + " groups = " +
-                    std::to_string(w.shape[1].size() * groups));
-  }
-  if (ctx.num_inputs() == 3) {
-    ctx.check(ctx.input(2).rank() == 1, "bias must be 1-D [O]");
-    ctx.unify(ctx.input(2).shape[0], out_channels, "bias size and w's output channels");
-  }
+  const Dim out_channels = check_conv_channels(ctx, x, w, groups, ctx.num_inputs() == 3);
   const auto pad = padding_left_right(padding);
   const WindowAxis axis{.kernel = w.shape[2].size(), .stride = stride[0],
                         .dilation = dilation[0], .pad_begin = pad[0], .pad_end = pad[1]};

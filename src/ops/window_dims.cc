@@ -97,4 +97,28 @@ Dim transposed_output_dim(InferContext& ctx, Dim in, const WindowAxis& a, int64_
       expr);
 }
 
+Dim check_conv_channels(InferContext& ctx, const TensorType& x, const TensorType& w,
+                        int64_t groups, bool bias) {
+  const std::string g = std::to_string(groups);
+  const Dim out_channels = w.shape[0];
+  if (out_channels.is_static())
+    ctx.check(out_channels.size() % groups == 0, "groups=" + g + " must divide w's output channels " +
+                                                     std::to_string(out_channels.size()));
+  const Dim in_channels = x.shape[1];
+  if (in_channels.is_static()) {
+    ctx.check(in_channels.size() % groups == 0,
+              "groups=" + g + " must divide x's channels " + std::to_string(in_channels.size()));
+    if (w.shape[1].is_static())
+      ctx.check(in_channels.size() == w.shape[1].size() * groups,
+                "x has " + std::to_string(in_channels.size()) + " channels but w takes " +
+                    std::to_string(w.shape[1].size()) + " per group x " + g + " groups = " +
+                    std::to_string(w.shape[1].size() * groups));
+  }
+  if (bias) {
+    ctx.check(ctx.input(2).rank() == 1, "bias must be 1-D [O]");
+    ctx.unify(ctx.input(2).shape[0], out_channels, "bias size and w's output channels");
+  }
+  return out_channels;
+}
+
 }  // namespace kiln

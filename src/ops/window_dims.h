@@ -1,5 +1,5 @@
-// Output sizes of sliding-window ops along one spatial axis (pooling, conv1d, transposed
-// convolution), for static and symbolic dims alike.
+// Output sizes of sliding-window ops along one spatial axis (pooling, conv1d, conv3d, transposed
+// convolution), for static and symbolic dims alike, and the channel rules of the convolutions.
 //
 // A symbolic input dim becomes a derived symbol whose name spells the function, so that two
 // nodes computing the same function of the same symbol share one symbol. Floor-mode windows are
@@ -39,5 +39,10 @@ int64_t transposed_window_size(int64_t in, const WindowAxis& axis, int64_t outpu
 // for the largest size `in` can take.
 Dim transposed_output_dim(InferContext& ctx, Dim in, const WindowAxis& axis,
                           int64_t output_padding, const std::string& what);
+
+// A convolution's channels: x [N, C, ...] and w [O, C/groups, ...] with groups dividing C and O,
+// and when `bias` (input 2) is set, bias [O]; fails (E40002) naming what doesn't fit. Returns O.
+Dim check_conv_channels(InferContext& ctx, const TensorType& x, const TensorType& w,
+                        int64_t groups, bool bias);
 
 }  // namespace kiln

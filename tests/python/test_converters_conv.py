@@ -1,7 +1,7 @@
 """aten.convolution's converter (src/frontend/aten/aten_conv.cc) against PyTorch eager: conv1d,
-conv2d, conv_transpose2d and conv_transpose1d with their argument forms (stride, padding,
+conv2d, conv3d, conv_transpose2d and conv_transpose1d with their argument forms (stride, padding,
 output_padding, dilation, groups, bias or none). fallback_to_cpu=False makes every node convert;
-a 3-d convolution stays in PyTorch with its reason in kiln.explain."""
+a transposed 3-d convolution stays in PyTorch with its reason in kiln.explain."""
 
 import pytest
 import torch
@@ -125,10 +125,43 @@ def test_unfold_of_dynamic_planes_stays_in_pytorch():
     assert "dynamic channels, height or width" in report.fallback["aten.im2col.default"][1]
 
 
-def test_conv3d_stays_in_pytorch():
-    x, w = torch.randn(1, 2, 4, 4, 4, generator=G), torch.randn(3, 2, 2, 2, 2, generator=G)
-    fn = lambda x, w: F.conv3d(x, w).relu()  # noqa: E731
+CONV3D = {  # kwargs of F.conv3d on x[2, 4, 5, 9, 8] and w[6, 4 / groups, 3, 3, 2]
+    "plain": {},
+    "tubelets": {"stride": (1, 3, 2)},
+    "padding_dilation": {"padding": (1, 2, 0), "dilation": (2, 1, 3)},
+    "groups": {"groups": 2, "padding": 1},
+    "depthwise": {"groups": 4, "padding": "same"},
+}
+
+
+@pytest.mark.parametrize("case", CONV3D)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv3d(case, bias):
+    kwargs = CONV3D[case]
+    groups = kwargs.get("groups", 1)
+    out = 8 if groups == 4 else 6
+    x = torch.randn(2, 4, 5, 9, 8, generator=G)
+    w = torch.randn(out, 4 // groups, 3, 3, 2, generator=G)
+    b = torch.randn(out, generator=G) if bias else None
+    compiled_matches_eager(lambda x, w, b: F.conv3d(x, w, b, **kwargs), x, w, b)
+
+
+def test_conv3d_module_with_a_dynamic_frame_count():
+    """A video model's patch embedding (nn.Conv3d with kernel = stride), its weights prepacked,
+    over clips of 4 and 8 frames from one compile."""
+    conv = torch.nn.Conv3d(3, 16, kernel_size=(2, 8, 8), stride=(2, 8, 8)).eval()
+    fn = lambda x: conv(x).flatten(2).transpose(1, 2)  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, dynamic=True)
+    with torch.no_grad():
+        for frames in (4, 8):
+            x = torch.randn(1, 3, frames, 32, 32, generator=G)
+            torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_transposed_conv3d_stays_in_pytorch():
+    x, w = torch.randn(1, 2, 4, 4, 4, generator=G), torch.randn(2, 3, 2, 2, 2, generator=G)
+    fn = lambda x, w: F.conv_transpose3d(x, w).relu()  # noqa: E731
     report = kiln.explain(fn, x, w)
     count, reason = report.fallback["aten.convolution.default"]
-    assert count == 1 and "3-d convolution" in reason, str(report)
+    assert count == 1 and "transposed 3-d convolution" in reason, str(report)
     torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, w), fn(x, w))

@@ -36,6 +36,7 @@ def small_models():
     image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     audio = torch.randn(2, 1600, generator=torch.Generator().manual_seed(2))
     mel = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(4))
+    video = torch.randn(2, 4, 3, 32, 32, generator=torch.Generator().manual_seed(5))
     return {
         "bert": (lambda: T.BertModel(T.BertConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -118,6 +119,10 @@ def small_models():
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
             decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32, pad_token_id=0,
             bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)).get_encoder(), mel),
+        # Video: tubelets of 2 frames x 8 x 8 pixels embedded by a 3-d convolution.
+        "videomae": (lambda: T.VideoMAEModel(T.VideoMAEConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            image_size=32, patch_size=8, num_frames=4, tubelet_size=2)), video),
     }
 
 

@@ -1,4 +1,4 @@
-// aten.convolution → Kiln's conv1d, conv2d and conv_transpose2d (conv_transpose1d as a
+// aten.convolution → Kiln's conv1d, conv2d, conv3d and conv_transpose2d (conv_transpose1d as a
 // conv_transpose2d of height 1); aten.im2col (nn.Unfold, a convolution's patches) → a gather.
 #include "frontend/converter.h"
 
@@ -103,12 +103,17 @@ void register_aten_conv_converters(ConverterRegistry& r) {
     Value* bias = ctx.optional_tensor("bias");
     // aten.conv1d/conv2d batch an unbatched input before they reach aten.convolution.
     const int64_t spatial = static_cast<int64_t>(x->type().rank()) - 2;
-    if (spatial != 1 && spatial != 2)
-      ctx.unsupported("a " + std::to_string(spatial) + "-d convolution (Kiln has 1-d and 2-d)");
-    if (ctx.boolean("transposed")) return transposed(ctx, x, w, bias, spatial);
+    if (spatial < 1 || spatial > 3)
+      ctx.unsupported("a " + std::to_string(spatial) + "-d convolution (Kiln has 1-d to 3-d)");
+    if (ctx.boolean("transposed")) {
+      if (spatial == 3)
+        ctx.unsupported("a transposed 3-d convolution (Kiln has 1-d and 2-d transposed ones)");
+      return transposed(ctx, x, w, bias, spatial);
+    }
     std::vector<Value*> inputs = {x, w};
     if (bias) inputs.push_back(bias);
-    return {ctx.add(spatial == 1 ? "conv1d" : "conv2d", inputs,
+    static constexpr const char* kOps[] = {"conv1d", "conv2d", "conv3d"};
+    return {ctx.add(kOps[spatial - 1], inputs,
                     {{"stride", per_spatial_dim(ctx, "stride", spatial)},
                      {"padding", per_spatial_dim(ctx, "padding", spatial)},
                      {"dilation", per_spatial_dim(ctx, "dilation", spatial)},

@@ -1,7 +1,8 @@
-// 2-D convolution on the CPU: the problem description shared by conv2d's kernels, and the
-// oneDNN kernel.
+// 2-D and 3-D convolution on the CPU: the problem descriptions shared by conv2d's and conv3d's
+// kernels, and their oneDNN kernels.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -64,5 +65,21 @@ std::string onednn_winograd_unsupported(const Conv2dGeometry& g, const ConvEpilo
 std::unique_ptr<KernelInstance> create_onednn_winograd_conv2d(const Conv2dGeometry& g,
                                                               const ConvEpilogue& epilogue,
                                                               const KernelSpec& spec);
+
+// y[N, O, OD, OH, OW] = x[N, C, D, H, W] * w[O, C / groups, KD, KH, KW], every tensor plain;
+// the spatial arrays are (depth, height, width).
+struct Conv3dGeometry {
+  int64_t n = 0, c = 0, o = 0, groups = 1;
+  std::array<int64_t, 3> in{}, kernel{}, out{};
+  std::array<int64_t, 3> stride{1, 1, 1}, dilation{1, 1, 1}, pad_begin{}, pad_end{};
+};
+
+// f32 x, w and y, and an f32 bias when `bias`; no zero-size tensors. The primitive runs in
+// ndhwc (or where oneDNN has no jit kernel there, the layout format `any` picks), which run()
+// reorders x into and y out of: on plain ncdhw oneDNN 2.6 has only its GEMM-based kernel, 1.3-15x
+// slower on video models' convolutions (docs/ops.md). w takes the primitive's layout too:
+// constant weights once, at creation, others at every run.
+std::unique_ptr<KernelInstance> create_onednn_conv3d(const Conv3dGeometry& g, bool bias,
+                                                     const KernelSpec& spec);
 
 }  // namespace kiln::cpu

@@ -1,4 +1,4 @@
-// conv2d through oneDNN's convolution (forward inference): the direct algorithm, and the
+// conv2d and conv3d through oneDNN's convolution (forward inference): the direct algorithm, and the
 // Winograd one for f32 3x3 stride-1 convolutions in nChw16c where oneDNN has it (AVX-512: its
 // F(2x2, 3x3) kernel at small batches, F(4x4, 3x3) at larger ones). Winograd computes in
 // transformed tiles: on ResNet-50's 3x3 shapes its error against a float64 convolution was
@@ -20,6 +20,9 @@
 // binary post-op (docs/benchmarks.md). Plain NCHW keeps the binary post-op: oneDNN's GEMM-based
 // kernel there adds a sum before the bias, where conv2d adds r after it (as the unfused ops
 // do); given y in r's buffer, it reads a copy of r in its scratch.
+//
+// conv3d's nodes are plain (the format stage lays out 4-D tensors only): its primitive takes the
+// layout format `any` picks, and the kernel reorders x and y around it (OneDnnConvolution).
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -103,69 +106,133 @@ dnnl::convolution_forward::primitive_desc conv_primitive_desc(const Conv2dGeomet
   return dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());
 }
 
-class OneDnnConv2d final : public KernelInstance {
+// A oneDNN convolution primitive run on the node's buffers. x, w and y are in the node's layouts
+// (`x_desc`, `plain_w_desc`, `y_desc`); where the primitive's differ (conv3d asks for format
+// `any`), run() reorders x and w into scratch before and y out of it after; constant weights are
+// reordered once, here. Created under a LibraryThreads scope of spec.threads, as the primitive
+// descriptor was.
+class OneDnnConvolution final : public KernelInstance {
  public:
-  OneDnnConv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue, const KernelSpec& spec,
-               dnnl::algorithm algorithm)
-      : threads_(spec.threads), epilogue_(epilogue), residual_in_y_(residual_in_y(epilogue, spec)) {
-    LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
-    const dnnl::convolution_forward::primitive_desc pd =
-        conv_primitive_desc(g, epilogue, spec, algorithm);
-    primitive_ = dnnl::convolution_forward(pd);
-    src_desc_ = pd.src_desc();
-    dst_desc_ = pd.dst_desc();
-    weights_desc_ = pd.weights_desc();
-    bias_desc_ = pd.bias_desc();
-    scratchpad_desc_ = pd.scratchpad_desc();
-    if (constant_weights(spec))
-      packed_w_ = prepacked_constant(spec, 1, plain_weights_desc(g, spec), weights_desc_);
+  OneDnnConvolution(const dnnl::convolution_forward::primitive_desc& pd,
+                    const ConvEpilogue& epilogue, const KernelSpec& spec,
+                    const dnnl::memory::desc& plain_w_desc, const dnnl::memory::desc& x_desc,
+                    const dnnl::memory::desc& y_desc)
+      : threads_(spec.threads),
+        epilogue_(epilogue),
+        residual_in_y_(residual_in_y(epilogue, spec)),
+        x_desc_(x_desc),
+        y_desc_(y_desc),
+        src_desc_(pd.src_desc()),
+        weights_desc_(pd.weights_desc()),
+        bias_desc_(pd.bias_desc()),
+        dst_desc_(pd.dst_desc()),
+        primitive_(pd) {
+    size_t library_scratch = pd.scratchpad_desc().get_size();
+    auto reorder = [&](const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+      const dnnl::reorder::primitive_desc reorder_pd(onednn_engine(), from, onednn_engine(), to,
+                                                     user_scratchpad_attr());
+      library_scratch = std::max(library_scratch, reorder_pd.scratchpad_desc().get_size());
+      return std::optional<dnnl::reorder>(dnnl::reorder(reorder_pd));
+    };
+    if (x_desc_ != src_desc_) x_reorder_ = reorder(x_desc_, src_desc_);
+    if (y_desc_ != dst_desc_) y_reorder_ = reorder(dst_desc_, y_desc_);
+    const bool constant_w = constant_weights(spec);
+    if (!constant_w && plain_w_desc != weights_desc_) {
+      w_desc_ = plain_w_desc;
+      w_reorder_ = reorder(w_desc_, weights_desc_);
+    }
+    KILN_ASSERT(!epilogue.residual || (!x_reorder_ && !y_reorder_ && !w_reorder_),
+                "a residual convolution runs in its node's layouts");
+    // One region serves the primitives in turn: they run one after another.
+    library_scratch_desc_ = dnnl::memory::desc({static_cast<dnnl::memory::dim>(library_scratch)},
+                                               dnnl::memory::data_type::u8,
+                                               dnnl::memory::format_tag::x);
+    scratch_bytes_ = library_scratch;
+    residual_copy_ = take(epilogue_.residual && !residual_in_y_ ? dst_desc_.get_size() : 0);
+    x_copy_ = take(x_reorder_ ? src_desc_.get_size() : 0);
+    y_copy_ = take(y_reorder_ ? dst_desc_.get_size() : 0);
+    w_copy_ = take(w_reorder_ ? weights_desc_.get_size() : 0);
+    if (constant_w) packed_w_ = prepacked_constant(spec, 1, plain_w_desc, weights_desc_);
   }
 
-  size_t scratch_bytes() const override { return residual_copy_offset() + residual_copy_bytes(); }
+  size_t scratch_bytes() const override { return scratch_bytes_; }
   bool reads_input_at_run_time(size_t input) const override { return input != 1 || !packed_w_; }
 
   void run(std::span<const void* const> inputs, std::span<void* const> outputs,
            void* scratch) const override {
     LibraryThreads scope(threads_);
+    std::byte* base = static_cast<std::byte*>(scratch);
+    const dnnl::engine& engine = onednn_engine();
+    const dnnl::memory library_scratch(library_scratch_desc_, engine, scratch);
     const void* residual = epilogue_.residual ? inputs.back() : nullptr;
     if (residual_in_y_ && outputs[0] != residual)
       std::memcpy(outputs[0], residual, dst_desc_.get_size());
     if (!residual_in_y_ && residual == outputs[0]) {
-      void* copy = static_cast<std::byte*>(scratch) + residual_copy_offset();
-      std::memcpy(copy, residual, dst_desc_.get_size());
-      residual = copy;
+      std::memcpy(base + residual_copy_, residual, dst_desc_.get_size());
+      residual = base + residual_copy_;
     }
-    const dnnl::engine& engine = onednn_engine();
+    void* src = const_cast<void*>(inputs[0]);
+    if (x_reorder_) {
+      execute_and_wait(*x_reorder_, {{DNNL_ARG_FROM, dnnl::memory(x_desc_, engine, src)},
+                                     {DNNL_ARG_TO, dnnl::memory(src_desc_, engine, base + x_copy_)},
+                                     {DNNL_ARG_SCRATCHPAD, library_scratch}});
+      src = base + x_copy_;
+    }
+    void* dst = y_reorder_ ? base + y_copy_ : outputs[0];
     void* w = packed_w_ ? packed_w_->data() : const_cast<void*>(inputs[1]);
+    if (w_reorder_) {
+      execute_and_wait(*w_reorder_, {{DNNL_ARG_FROM, dnnl::memory(w_desc_, engine, w)},
+                                     {DNNL_ARG_TO, dnnl::memory(weights_desc_, engine, base + w_copy_)},
+                                     {DNNL_ARG_SCRATCHPAD, library_scratch}});
+      w = base + w_copy_;
+    }
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, const_cast<void*>(inputs[0]))},
+        {DNNL_ARG_SRC, dnnl::memory(src_desc_, engine, src)},
         {DNNL_ARG_WEIGHTS, dnnl::memory(weights_desc_, engine, w)},
-        {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, outputs[0])},
-        {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad_desc_, engine, scratch)}};
+        {DNNL_ARG_DST, dnnl::memory(dst_desc_, engine, dst)},
+        {DNNL_ARG_SCRATCHPAD, library_scratch}};
     if (epilogue_.bias)
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc_, engine, const_cast<void*>(inputs[2])));
     if (epilogue_.residual && !residual_in_y_)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
                    dnnl::memory(dst_desc_, engine, const_cast<void*>(residual)));
     execute_and_wait(primitive_, args);
+    if (y_reorder_)
+      execute_and_wait(*y_reorder_, {{DNNL_ARG_FROM, dnnl::memory(dst_desc_, engine, dst)},
+                                     {DNNL_ARG_TO, dnnl::memory(y_desc_, engine, outputs[0])},
+                                     {DNNL_ARG_SCRATCHPAD, library_scratch}});
   }
 
  private:
-  // After oneDNN's scratchpad, a copy of r for the binary post-op when y is r's buffer.
-  size_t residual_copy_offset() const {
-    return (scratchpad_desc_.get_size() + kAlignment - 1) / kAlignment * kAlignment;
-  }
-  size_t residual_copy_bytes() const {
-    return epilogue_.residual && !residual_in_y_ ? dst_desc_.get_size() : 0;
+  // Reserves `bytes` of scratch after what is reserved; returns their offset (0 for none).
+  size_t take(size_t bytes) {
+    if (bytes == 0) return 0;
+    const size_t offset = (scratch_bytes_ + kAlignment - 1) / kAlignment * kAlignment;
+    scratch_bytes_ = offset + bytes;
+    return offset;
   }
 
   int threads_;
   ConvEpilogue epilogue_;
   bool residual_in_y_;  // the residual as a sum post-op, read from y (channels-inner layouts)
-  dnnl::memory::desc src_desc_, weights_desc_, bias_desc_, dst_desc_, scratchpad_desc_;
+  dnnl::memory::desc x_desc_, w_desc_, y_desc_;  // the node's layouts (w_desc_ when reordered)
+  dnnl::memory::desc src_desc_, weights_desc_, bias_desc_, dst_desc_;  // the primitive's
+  dnnl::memory::desc library_scratch_desc_;
   dnnl::convolution_forward primitive_;
+  std::optional<dnnl::reorder> x_reorder_, w_reorder_, y_reorder_;  // where the layouts differ
+  size_t scratch_bytes_ = 0, residual_copy_ = 0, x_copy_ = 0, y_copy_ = 0, w_copy_ = 0;
   std::shared_ptr<const Tensor> packed_w_;  // w in weights_desc_ when it is a constant, else null
 };
+
+// conv2d's primitive, run in the node's layouts (those it was asked for: no reorders).
+std::unique_ptr<KernelInstance> make_conv2d(const Conv2dGeometry& g, const ConvEpilogue& epilogue,
+                                            const KernelSpec& spec, dnnl::algorithm algorithm) {
+  LibraryThreads scope(spec.threads);  // creation sizes the work split by the thread count
+  const dnnl::convolution_forward::primitive_desc pd =
+      conv_primitive_desc(g, epilogue, spec, algorithm);
+  return std::make_unique<OneDnnConvolution>(pd, epilogue, spec, plain_weights_desc(g, spec),
+                                             pd.src_desc(), pd.dst_desc());
+}
 
 // The layout of `desc` among Kiln's, if it is one of them.
 std::optional<Layout> kiln_layout_of(const dnnl::memory::desc& desc, const dnnl::memory::dims& dims,
@@ -184,10 +251,54 @@ std::unique_ptr<KernelInstance> create_onednn_conv2d(const Conv2dGeometry& g,
   // .kiln model compiled on a CPU with it): the f32 convolution on widened operands instead.
   if (spec.inputs[0].dtype == DType::BF16 && !onednn_has_bf16())
     return create_widened_bf16(spec, [&](const KernelSpec& f32) {
-      return std::make_unique<OneDnnConv2d>(g, epilogue, f32,
-                                            dnnl::algorithm::convolution_direct);
+      return make_conv2d(g, epilogue, f32, dnnl::algorithm::convolution_direct);
     });
-  return std::make_unique<OneDnnConv2d>(g, epilogue, spec, dnnl::algorithm::convolution_direct);
+  return make_conv2d(g, epilogue, spec, dnnl::algorithm::convolution_direct);
+}
+
+std::unique_ptr<KernelInstance> create_onednn_conv3d(const Conv3dGeometry& g, bool bias,
+                                                     const KernelSpec& spec) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  auto dims = [](int64_t n, int64_t c, const std::array<int64_t, 3>& spatial) {
+    return dnnl::memory::dims{n, c, spatial[0], spatial[1], spatial[2]};
+  };
+  const dnnl::memory::dims x_dims = dims(g.n, g.c, g.in), y_dims = dims(g.n, g.o, g.out);
+  // Grouped weights [O, C/g, KD, KH, KW] are the same memory as oneDNN's [g, O/g, C/g, KD, KH, KW].
+  dnnl::memory::dims w_dims = dims(g.o, g.c / g.groups, g.kernel);
+  if (g.groups > 1) {
+    w_dims[0] = g.o / g.groups;
+    w_dims.insert(w_dims.begin(), g.groups);
+  }
+  const dnnl::memory::desc plain_w(w_dims, dt::f32, g.groups > 1 ? tag::goidhw : tag::oidhw);
+  const dnnl::memory::dims dilation{g.dilation[0] - 1, g.dilation[1] - 1, g.dilation[2] - 1};
+  LibraryThreads scope(spec.threads);
+  auto primitive_desc = [&](tag layout) {
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        dnnl::memory::desc(x_dims, dt::f32, layout), dnnl::memory::desc(w_dims, dt::f32, tag::any),
+        bias ? dnnl::memory::desc({g.o}, dt::f32, tag::x) : dnnl::memory::desc(),
+        dnnl::memory::desc(y_dims, dt::f32, layout),
+        dnnl::memory::dims(g.stride.begin(), g.stride.end()), dilation,
+        dnnl::memory::dims(g.pad_begin.begin(), g.pad_begin.end()),
+        dnnl::memory::dims(g.pad_end.begin(), g.pad_end.end()));
+    return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad_attr(),
+                                                     onednn_engine());
+  };
+  // Format `any` takes ndhwc's brgconv kernels for dense convolutions but the GEMM-based kernel
+  // for depthwise ones, where ndhwc has a jit kernel (3.2x faster, docs/ops.md): ndhwc first,
+  // unless oneDNN runs it there by its reference or GEMM-based kernels only.
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = primitive_desc(tag::ndhwc);
+  } catch (const dnnl::error&) {
+  }
+  const std::string kernel = pd ? pd.impl_info_str() : "ref";
+  if (kernel.starts_with("ref") || kernel.find("gemm") != std::string::npos)
+    pd = primitive_desc(tag::any);
+  return std::make_unique<OneDnnConvolution>(pd, ConvEpilogue{.bias = bias}, spec, plain_w,
+                                             dnnl::memory::desc(x_dims, dt::f32, tag::ncdhw),
+                                             dnnl::memory::desc(y_dims, dt::f32, tag::ncdhw));
 }
 
 std::string onednn_winograd_unsupported(const Conv2dGeometry& g, const ConvEpilogue& epilogue,
@@ -217,8 +328,7 @@ std::unique_ptr<KernelInstance> create_onednn_winograd_conv2d(const Conv2dGeomet
     throw_error(ErrorCode::UnsupportedOperator, "conv2d ", spec.node.name(),
                 ": oneDNN's Winograd convolution can't run it: ", why,
                 "; its kernel onednn takes every f32 convolution");
-  return std::make_unique<OneDnnConv2d>(g, epilogue, spec,
-                                        dnnl::algorithm::convolution_winograd);
+  return make_conv2d(g, epilogue, spec, dnnl::algorithm::convolution_winograd);
 }
 
 Layout onednn_preferred_conv_layout(DType dtype) {
