@@ -42,6 +42,8 @@ ALIASES = {
     "nn.functional.conv2d": "convolution",
     "nn.functional.conv_transpose2d": "convolution",
     "nn.functional.conv_transpose1d": "convolution",
+    "nn.functional.conv3d": "convolution",
+    "nn.functional.glu": "glu",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
@@ -91,7 +93,7 @@ SUBSET = (
     "index_put", "slice_scatter", "select_scatter", "prod", "any", "all", "max", "zeros", "ones",
     "full_like", "zeros_like", "fill", "as_strided", "unbind", "sort",
     "nn.functional.scaled_dot_product_attention", "nn.functional.pad", "linalg.vector_norm",
-    "nn.functional.normalize",
+    "nn.functional.normalize", "nn.functional.conv3d", "nn.functional.glu",
 )
 SUBSET_SAMPLES = 4
 

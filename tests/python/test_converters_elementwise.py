@@ -273,6 +273,20 @@ def test_activations_with_parameters():
     check(lambda i: F.hardtanh(i, -3, 5), "i")
 
 
+def test_glu():
+    # a · sigmoid(b): sigmoid's 4 ULP and the product's rounding, as silu.
+    check(lambda x: F.glu(x[:, :32]), "x", ulp=5)
+    check(lambda x: F.glu(x, dim=0), "x", ulp=5)
+    check(lambda x: F.glu(x[:, :32].t(), dim=-2), "x", ulp=5)
+
+
+def test_glu_over_a_dynamic_dim_stays_in_pytorch():
+    x = torch.randn(4, 6)
+    torch._dynamo.mark_dynamic(x, 1)
+    report = kiln.explain(lambda t: F.glu(t, dim=1).exp(), x)
+    assert "dynamic dim" in report.fallback["aten.glu.default"][1], str(report)
+
+
 def test_clamp():
     check(lambda x: torch.clamp(x, -1, 1), "x")
     check(lambda x: torch.clamp(x, min=0), "x")

@@ -165,6 +165,22 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   r.add("aten.gelu.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("gelu", {ctx.tensor("self")}, {{"approximate", ctx.string("approximate")}})};
   });
+  // glu (Speech2Text's and the Conformer's gated convolutions): x's halves a and b along dim,
+  // a · sigmoid(b). The halves are slices, so the size along dim must be known (and even).
+  r.add("aten.glu.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const int64_t rank = static_cast<int64_t>(x->type().rank());
+    const int64_t dim = ctx.integer("dim") < 0 ? ctx.integer("dim") + rank : ctx.integer("dim");
+    if (dim < 0 || dim >= rank) ctx.unsupported("glu over a dim outside the input's rank");
+    const Dim size = x->type().shape[static_cast<size_t>(dim)];
+    if (!size.is_static()) ctx.unsupported("glu over a dynamic dim (its halves are slices)");
+    if (size.size() % 2 != 0) ctx.unsupported("glu over a dim of odd size");
+    auto half = [&](int64_t start) {
+      return ctx.add("slice", {x}, {{"dim", dim}, {"start", start},
+                                    {"end", start + size.size() / 2}, {"step", int64_t{1}}});
+    };
+    return {ctx.add("mul", {half(0), ctx.add("sigmoid", {half(size.size() / 2)})})};
+  });
   r.add("aten.leaky_relu.default", unary("leaky_relu", {"negative_slope"}));
   r.add("aten.elu.default", unary("elu", {"alpha", "scale", "input_scale"}));
   r.add("aten.softplus.default", unary("softplus", {"beta", "threshold"}));
