@@ -416,6 +416,46 @@ def _leave_memory_layouts_to_pytorch(gm: fx.GraphModule, verdicts: dict[str, str
             pending.extend(producer.all_input_nodes)
 
 
+# The largest tensor _fold_constant_factories makes: a constant costs memory for the model's life.
+_FOLDED_BYTES_LIMIT = 4 << 20
+
+
+def _fold_constant_factories(gm: fx.GraphModule, verdicts: dict[str, str]) -> bool:
+    """Replaces each node Kiln can't convert that reads no tensor and no symbolic size, or only
+    tensors folded here (torch.linspace(0.5, W - 0.5, W) with W static: the sampling grids of
+    deformable attention), by the tensor PyTorch computes for it now: the same every call, and
+    eager's bits. Kiln then takes it as a constant. Seeded random ops, mutating ops and
+    results over _FOLDED_BYTES_LIMIT stay. True if anything was folded."""
+    folded: set[fx.Node] = set()
+    for node in list(gm.graph.nodes):
+        target = node.target
+        val = node.meta.get("val")
+        if (node.op != "call_function" or verdicts.get(node.name, "") == ""
+                or not isinstance(target, torch._ops.OpOverload)
+                or torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable
+                or any(n not in folded for n in node.all_input_nodes)
+                or not isinstance(val, torch.Tensor)
+                or any(not isinstance(d, int) for d in val.shape)
+                or val.numel() * val.element_size() > _FOLDED_BYTES_LIMIT):
+            continue
+        def real(a):
+            return getattr(gm, a.target) if isinstance(a, fx.Node) else a
+        with unset_fake_temporarily():
+            value = target(*fx.node.map_aggregate(node.args, real),
+                           **fx.node.map_aggregate(node.kwargs, real))
+        name = f"_kiln_folded_{node.name}"
+        gm.register_buffer(name, value)
+        with gm.graph.inserting_before(node):
+            constant = gm.graph.get_attr(name)
+        constant.meta = dict(node.meta)
+        node.replace_all_uses_with(constant)
+        gm.graph.erase_node(node)
+        folded.add(constant)
+    if folded:
+        gm.recompile()
+    return bool(folded)
+
+
 def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
                        config: CompilerConfig, report: Report | None = None,
                        dynamic: DynamicSetup | None = None) -> fx.GraphModule:
@@ -426,6 +466,8 @@ def compile_aten_graph(gm: fx.GraphModule, constants: dict[int, torch.Tensor],
     constant_names = {placeholders[i].name for i in constants}
     constant_data = {placeholders[i].name: t for i, t in constants.items()}
     verdicts = _C.fx_node_support(serialize(gm, constant_names))
+    if _fold_constant_factories(gm, verdicts):
+        verdicts = _C.fx_node_support(serialize(gm, constant_names))
     _leave_memory_layouts_to_pytorch(gm, verdicts)
     while True:
         summary = _unsupported_summary(gm, verdicts)

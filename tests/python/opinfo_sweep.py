@@ -44,6 +44,7 @@ ALIASES = {
     "nn.functional.conv_transpose1d": "convolution",
     "nn.functional.conv3d": "convolution",
     "nn.functional.glu": "glu",
+    "nn.functional.grid_sample": "grid_sampler_2d",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
@@ -94,6 +95,7 @@ SUBSET = (
     "full_like", "zeros_like", "fill", "as_strided", "unbind", "sort",
     "nn.functional.scaled_dot_product_attention", "nn.functional.pad", "linalg.vector_norm",
     "nn.functional.normalize", "nn.functional.conv3d", "nn.functional.glu",
+    "nn.functional.grid_sample",
 )
 SUBSET_SAMPLES = 4
 

@@ -3,7 +3,8 @@ python/kiln/_upsample.py): under torch.compile as kiln:: ops (AOTAutograd would 
 them into gathers), through kiln.export as aten's .vec ops. Nearest copies, so Kiln
 agrees with eager bit for bit. Bilinear computes the same f32 weights as eager but sums the products
 in another order: each result is within (4 + 2)·2⁻²⁴·Σ|x·weight| of the exact sum on those weights
-(docs/ops.md), so the two are within twice that of each other."""
+(docs/ops.md), so the two are within twice that of each other. F.grid_sample becomes Kiln's
+grid_sample, which computes as eager's kernel does: bit for bit."""
 
 import pytest
 import torch
@@ -133,3 +134,68 @@ def test_exported_model_upsamples_with_aten_vec_ops(tmp_path, resize):
     model = Resize(RESIZES[resize])
     kiln.export(model, (X,), path)
     assert_upsampled(torch.as_tensor(kiln.load(path)(X)), model, RESIZES[resize]["mode"])
+
+
+# ------------------------------------------------------------------ F.grid_sample
+
+def sampling_grid(n, oh, ow, dtype, seed=7):
+    """Points over and around [-1, 1], with NaN, infinities, a far-away point and the edges."""
+    g = torch.rand(n, oh, ow, 2, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    g = g * 2.8 - 1.4
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e10, -1.0, 1.0, 0.0,
+                             -0.0, 0.5], dtype=dtype)
+    g.view(-1)[1:2 * len(specials):2] = specials
+    return g
+
+
+def same_bits(got, expected):
+    """Equal bits, NaNs included."""
+    bits = torch.int64 if expected.dtype == torch.float64 else torch.int32
+    return got.shape == expected.shape and torch.equal(got.view(bits), expected.view(bits))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_matches_eager_bit_for_bit(dtype, mode, padding_mode, align_corners):
+    """Kiln computes each step as PyTorch's AVX2/AVX-512 kernel does, FMAs included; 70 points
+    a batch item take the 8-wide kernel and its scalar tail."""
+    x = torch.randn(2, 3, 6, 9, generator=torch.Generator().manual_seed(6), dtype=dtype)
+    g = sampling_grid(2, 7, 10, dtype)
+    fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,  # noqa: E731
+                                    align_corners=align_corners)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x, g)
+    assert same_bits(got, fn(x, g))
+
+
+def test_bicubic_grid_sample_stays_in_pytorch():
+    x, g = torch.randn(1, 2, 5, 5), sampling_grid(1, 3, 4, torch.float32).clamp(-1, 1).nan_to_num()
+    fn = lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False).exp()  # noqa: E731
+    report = kiln.explain(fn, x, g)
+    assert "bicubic" in report.fallback["aten.grid_sampler_2d.default"][1], str(report)
+    torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, g), fn(x, g))
+
+
+def test_sampling_grids_from_linspace_fold_into_constants():
+    """Deformable attention's reference points: torch.linspace over static sizes has no Kiln
+    op; the backend computes it once with PyTorch and Kiln takes it as a constant."""
+    def fn(x):
+        h, w = x.shape[-2:]
+        ys = torch.linspace(-1, 1, 2 * h, dtype=x.dtype)
+        xs = torch.linspace(-1, 1, 2 * w, dtype=x.dtype)
+        grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1)
+        return F.grid_sample(x, grid.expand(x.shape[0], -1, -1, -1), align_corners=True)
+    x = torch.randn(2, 3, 5, 7)
+    report = kiln.explain(fn, x)
+    assert len(report.partitions) == 1 and not report.fallback, str(report)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert torch.equal(got, fn(x))
+
+
+def test_random_factories_are_not_folded():
+    """A seeded random op must draw anew each call."""
+    fn = lambda x: x + torch.rand(3)  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln")
+    x = torch.zeros(3)
+    assert not torch.equal(compiled(x), compiled(x))

@@ -119,6 +119,15 @@ def small_models():
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
             decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32, pad_token_id=0,
             bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)).get_encoder(), mel),
+        # Deformable attention: sampling points around reference points (torch.linspace over
+        # static sizes, folded into constants) read by grid_sample, over 2 feature levels.
+        "deformable-detr": (lambda: T.DeformableDetrModel(T.DeformableDetrConfig(
+            use_timm_backbone=False, use_pretrained_backbone=False,
+            backbone_config=T.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64],
+                                           depths=[1, 1, 1], out_features=["stage2", "stage3"]),
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=10,
+            num_feature_levels=2, encoder_n_points=2, decoder_n_points=2)), image),
         # Video: tubelets of 2 frames x 8 x 8 pixels embedded by a 3-d convolution.
         "videomae": (lambda: T.VideoMAEModel(T.VideoMAEConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,

@@ -1,4 +1,4 @@
-// Upsampling → Kiln's upsample ops. torch.export keeps aten's .vec forms; under torch.compile the
+// Upsampling → Kiln's upsample ops; grid sampling (F.grid_sample) → grid_sample. torch.export keeps aten's .vec forms; under torch.compile the
 // backend routes F.interpolate to kiln:: ops of the same schemas (python/kiln/_upsample.py), since
 // AOTAutograd would otherwise trace them into gathers and arithmetic.
 #include "frontend/converter.h"
@@ -26,6 +26,24 @@ std::vector<Value*> bilinear(ConvertContext& ctx) {
   return {ctx.add("upsample_bilinear2d", {ctx.tensor("input")}, std::move(attrs))};
 }
 
+// ATen numbers the modes: interpolation 0 bilinear, 1 nearest, 2 bicubic; padding 0 zeros,
+// 1 border, 2 reflection.
+std::vector<Value*> grid_sample(ConvertContext& ctx) {
+  Value* x = ctx.tensor("input");
+  if (x->type().rank() != 4) ctx.unsupported("grid sampling of a volume (Kiln samples 4-D x)");
+  const int64_t interpolation = ctx.integer("interpolation_mode");
+  const int64_t padding = ctx.integer("padding_mode");
+  if (interpolation == 2) ctx.unsupported("bicubic grid sampling (Kiln has bilinear and nearest)");
+  if (interpolation < 0 || interpolation > 2 || padding < 0 || padding > 2)
+    ctx.unsupported("grid sampling modes other than ATen's");
+  static constexpr const char* kModes[] = {"bilinear", "nearest"};
+  static constexpr const char* kPaddings[] = {"zeros", "border", "reflection"};
+  return {ctx.add("grid_sample", {x, ctx.tensor("grid")},
+                  {{"mode", std::string(kModes[interpolation])},
+                   {"padding_mode", std::string(kPaddings[padding])},
+                   {"align_corners", ctx.boolean("align_corners")}})};
+}
+
 }  // namespace
 
 void register_aten_upsample_converters(ConverterRegistry& r) {
@@ -33,6 +51,8 @@ void register_aten_upsample_converters(ConverterRegistry& r) {
   r.add("kiln.upsample_nearest2d.default", nearest);
   r.add("aten.upsample_bilinear2d.vec", bilinear);
   r.add("kiln.upsample_bilinear2d.default", bilinear);
+  r.add("aten.grid_sampler_2d.default", grid_sample);
+  r.add("aten.grid_sampler.default", grid_sample);
 }
 
 }  // namespace kiln
