@@ -47,11 +47,19 @@ class _KilnSupport(OperatorSupportBase):
         return self.verdicts.get(node.name) == ""
 
 
+# Compiled variants a partition keeps, one per set of frozen tensors it was called with: a
+# transformer's layers, each passing its own weights to one FX graph, take one each.
+_MAX_VARIANTS = 64
+
+
 class KilnSubgraph(torch.nn.Module):
     """A partition compiled by Kiln. Frozen weights are checked on every call: a parameter
     changed in place (its version counter moved) or replaced makes the next call re-import the
-    subgraph, so no result is ever computed from stale weights. The call itself is a
-    _C.TorchCall: the checks, the crossing of tensors and the run are C++ (docs/frontend.md)."""
+    subgraph, so no result is ever computed from stale weights. One FX graph can serve several
+    modules (dynamo compiles a repeated layer's forward once and passes each instance's
+    parameters), so the partition keeps a compiled variant per set of frozen tensors, the
+    _MAX_VARIANTS last used. The call itself is a _C.TorchCall: the checks, the crossing of
+    tensors and the run are C++ (docs/frontend.md)."""
 
     def __init__(self, graph_json: str, constant_args: dict[int, str], names: list[str],
                  example_args: list[torch.Tensor], options: dict[str, Any], single_output: bool,
@@ -67,6 +75,9 @@ class KilnSubgraph(torch.nn.Module):
         self.output_count = output_count
         self.precision_check = None  # a _precision.PartitionCheck with debug.precision_check
         self._calls: list = []  # the TorchCalls running this partition, reset on a refreeze
+        # id of each frozen tensor → (the tensors, their versions, the compiled graph), least
+        # recently used first; the entries hold the tensors, so their ids stay theirs.
+        self._variants: collections.OrderedDict = collections.OrderedDict()
         self._freeze([example_args[i] for i in constant_args], list(constant_args))
         self._call = self.torch_call(list(range(len(names))), single_output)
 
@@ -76,12 +87,20 @@ class KilnSubgraph(torch.nn.Module):
         return [i for i in range(count) if i not in constant_args and i not in size_args]
 
     def _freeze(self, tensors: list[torch.Tensor], positions: list[int]) -> None:
-        # Called from inside AOTAutograd's tracing too: real tensors need fake mode off.
-        with unset_fake_temporarily():
-            constants = {self.constant_args[p]: t.detach().contiguous()
-                         for p, t in zip(positions, tensors)}
-            graph = _C.import_fx(self.graph_json, constants)
-        self.compiled = _C.compile(graph, **self.options)
+        key = tuple(id(t) for t in tensors)
+        variant = self._variants.pop(key, None)
+        versions = [t._version for t in tensors]
+        if variant is None or variant[1] != versions:
+            # Called from inside AOTAutograd's tracing too: real tensors need fake mode off.
+            with unset_fake_temporarily():
+                constants = {self.constant_args[p]: t.detach().contiguous()
+                             for p, t in zip(positions, tensors)}
+                graph = _C.import_fx(self.graph_json, constants)
+            variant = (list(tensors), versions, _C.compile(graph, **self.options))
+        self._variants[key] = variant
+        if len(self._variants) > _MAX_VARIANTS:
+            self._variants.popitem(last=False)
+        self.compiled = variant[2]
         self.frozen = [(p, t, t._version) for p, t in zip(positions, tensors)]
         for call in self._calls:
             call.reset(self.compiled, list(tensors))
@@ -663,10 +682,14 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, mode: str | None = No
         config = CompilerConfig.from_options(config.as_dict())  # the caller's stays unchanged
         config.set("operator_selection.policy", "MAX_AUTOTUNE")
     # Parameters and buffers that dynamo passes as graph inputs are frozen into Kiln's graph.
-    # AOTAutograd traces with fake tensors: the real ones are taken here, by position.
-    constants = {i: t for i, t in enumerate(example_inputs)
+    # AOTAutograd traces with fake tensors: the real ones are taken here, by position. A tensor
+    # the call passes stays an input even where dynamo marks it static: EnCodec's padding
+    # amounts, new tensors every call, would otherwise re-import their partition on each one.
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    constants = {i: t for i, (t, node) in enumerate(zip(example_inputs, placeholders))
                  if isinstance(t, torch.Tensor)
-                 and getattr(t, "_dynamo_static_input_type", None) is not None}
+                 and getattr(t, "_dynamo_static_input_type", None) is not None
+                 and _argument_name(getattr(node.meta.get("grapharg"), "source", None)) is None}
     # Those that dynamo keeps on the graph module instead (install_free_tensors) are frozen
     # too: AOTAutograd lifts them, in this order, ahead of the graph's own inputs.
     lifted = [*dict(gm.named_parameters(remove_duplicate=False)).values(),

@@ -138,6 +138,53 @@ def test_weights_changed_in_place_are_seen():
     assert_as_accurate_as_eager(model, compiled, x)
 
 
+class BrokenLayer(nn.Module):
+    """A layer whose forward dynamo compiles as a frame of its own (the graph break), once for
+    every instance: each call passes that instance's weights to the one FX graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        torch._dynamo.graph_break()
+        return torch.relu(self.lin(x)) * 2
+
+
+def test_layers_sharing_a_graph_keep_a_compiled_variant_each(monkeypatch):
+    layers = nn.Sequential(*[BrokenLayer() for _ in range(4)]).eval()
+    compiled = torch.compile(layers, backend="kiln")
+    x = torch.randn(3, 8)
+    compiles = []
+    real_compile = kiln.backend._C.compile
+    monkeypatch.setattr(kiln.backend._C, "compile",
+                        lambda *a, **k: compiles.append(1) or real_compile(*a, **k))
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), layers(x))
+        # One compile per layer's weights on the first pass, none after.
+        assert len(compiles) == 4
+        layers[2].lin.weight.mul_(-1)  # that variant alone is compiled again
+        torch.testing.assert_close(compiled(x), layers(x))
+        assert len(compiles) == 5
+
+
+def test_tensors_the_call_passes_are_never_frozen():
+    """dynamo may mark an argument static (EnCodec's padding amounts, computed anew each call):
+    it stays a Kiln input, so new values need no re-import."""
+    def fn(x, scale):
+        return torch.relu(x * scale + 1)
+    compiled = torch.compile(fn, backend="kiln")
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        for value in (2.0, -3.0, 0.5):
+            scale = torch.tensor(value)
+            torch._dynamo.mark_static_address(scale, guard=False)
+            torch.testing.assert_close(compiled(x, scale), fn(x, scale))
+            report = kiln.explain(fn, x, scale)
+            assert [p.module.constant_args for p in report.partitions] == [{}], str(report)
+
+
 def test_get_backend_with_config_and_levels():
     model = ConvMlp().eval()
     x = torch.randn(2, 3, 6, 6)
