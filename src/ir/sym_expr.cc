@@ -167,6 +167,38 @@ std::string SymExpr::single_symbol() const {
   return root_->kind == Kind::Symbol ? root_->name : "";
 }
 
+std::optional<SymExpr::Linear> SymExpr::linear() const {
+  std::function<std::optional<Linear>(const Node&)> form = [&](const Node& n) -> std::optional<Linear> {
+    if (n.kind == Kind::Int) return Linear{n.value, {}};
+    if (n.kind == Kind::Symbol) return Linear{0, {{n.name, 1}}};
+    if (n.kind != Kind::Add && n.kind != Kind::Sub && n.kind != Kind::Mul) return std::nullopt;
+    std::optional<Linear> a = form(*n.lhs), b = form(*n.rhs);
+    if (!a || !b) return std::nullopt;
+    if (n.kind == Kind::Mul) {
+      if (!a->coefficients.empty()) std::swap(a, b);  // a: the constant factor
+      if (!a->coefficients.empty()) return std::nullopt;
+      const int64_t k = a->constant;
+      Linear out;
+      if (__builtin_mul_overflow(b->constant, k, &out.constant)) return std::nullopt;
+      for (const auto& [symbol, c] : b->coefficients) {
+        int64_t scaled;
+        if (__builtin_mul_overflow(c, k, &scaled)) return std::nullopt;
+        if (scaled != 0) out.coefficients[symbol] = scaled;
+      }
+      return out;
+    }
+    const int64_t sign = n.kind == Kind::Add ? 1 : -1;
+    if (__builtin_add_overflow(a->constant, sign * b->constant, &a->constant)) return std::nullopt;
+    for (const auto& [symbol, c] : b->coefficients) {
+      int64_t& sum = a->coefficients[symbol];
+      if (__builtin_add_overflow(sum, sign * c, &sum)) return std::nullopt;
+      if (sum == 0) a->coefficients.erase(symbol);
+    }
+    return a;
+  };
+  return form(*root_);
+}
+
 Value* SymExpr::fold(const std::function<Value*(int64_t)>& integer,
                      const std::function<Value*(const std::string&)>& symbol,
                      const std::function<Value*(Op, Value*, Value*)>& apply) const {

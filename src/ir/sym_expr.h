@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,15 @@ class SymExpr {
       const std::function<std::pair<int64_t, int64_t>(const std::string&)>& range_of) const;
   // A lone symbol's name ("s0"), or empty.
   std::string single_symbol() const;
+
+  // constant + Σ coefficient·symbol: the form of an expression linear in its symbols.
+  struct Linear {
+    int64_t constant = 0;
+    std::map<std::string, int64_t> coefficients;  // none zero
+  };
+  // Its linear form when it is built of integers, symbols, sums, differences and products
+  // with at least one constant factor; nullopt otherwise or on an int64 overflow.
+  std::optional<Linear> linear() const;
 
   enum class Op { Add, Sub, Mul, FloorDiv, Mod, Max, Min };
   // The expression rebuilt bottom-up through the callbacks (leaves, then each operation on its

@@ -30,9 +30,11 @@
 // index and the valid range, found by a check before any element moves.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <type_traits>
 
+#include "ir/sym_expr.h"
 #include "kernels/cpu/block_copy.h"
 #include "ops/op_registry.h"
 
@@ -272,13 +274,19 @@ Dim sliced_dim(InferContext& ctx, Dim in, int64_t start, int64_t end, int64_t st
   return ctx.derived_dim(slice_name(symbol.name, start, end, step), lo, hi);
 }
 
-// True when size `dim` is named `end + c` for an integer c >= 0 (PyTorch's "s0 + 1" for the end
-// "s0"): + and - bind loosest and associate left, so the name reads as (end) + c whatever end is.
-bool exceeds_by_constant(const std::string& dim, const std::string& end) {
-  const std::string prefix = end + " + ";
-  if (dim.size() <= prefix.size() || dim.compare(0, prefix.size(), prefix) != 0) return false;
-  return std::all_of(dim.begin() + static_cast<std::ptrdiff_t>(prefix.size()), dim.end(),
-                     [](char c) { return c >= '0' && c <= '9'; });
+// True when size `dim` is at least `end` whatever the symbols' values: both names are linear in
+// the symbols and differ by a constant >= 0 (PyTorch's "s0 + 1" for the end "s0", a padded
+// "s33*2+2" for the end "2*s33"). Names that aren't expressions ("S[1:]") prove nothing.
+bool never_below(const std::string& dim, const std::string& end) {
+  std::optional<SymExpr::Linear> size, bound;
+  try {
+    size = SymExpr::parse(dim).linear();
+    bound = SymExpr::parse(end).linear();
+  } catch (const Error&) {
+    return false;
+  }
+  return size && bound && size->coefficients == bound->coefficients &&
+         size->constant >= bound->constant;
 }
 
 void infer_slice(InferContext& ctx) {
@@ -300,7 +308,7 @@ void infer_slice(InferContext& ctx) {
     const Symbol& e = ctx.symbols()[end.symbol()];
     const bool within = x.shape[dim].is_static() ? e.max <= x.shape[dim].size()
                                                  : x.shape[dim] == end ||
-                                                       exceeds_by_constant(
+                                                       never_below(
                                                            ctx.symbols()[x.shape[dim].symbol()].name,
                                                            e.name);
     ctx.check(start >= 0 && start <= e.min && within,

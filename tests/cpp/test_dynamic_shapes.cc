@@ -68,6 +68,20 @@ TEST(SymExpr, RangesFollowIntervalArithmetic) {
   EXPECT_EQ(range("Min(s0, s1)"), (std::pair<int64_t, int64_t>{1, 4}));
 }
 
+TEST(SymExpr, LinearFormsOfSumsAndConstantMultiples) {
+  auto form = [](const std::string& text) { return SymExpr::parse(text).linear(); };
+  using Coefficients = std::map<std::string, int64_t>;
+  ASSERT_TRUE(form("3*s0 + 1"));
+  EXPECT_EQ(form("3*s0 + 1")->constant, 1);
+  EXPECT_EQ(form("3*s0 + 1")->coefficients, (Coefficients{{"s0", 3}}));
+  EXPECT_EQ(form("s0*2+2 - (s1 - s0)")->coefficients, (Coefficients{{"s0", 3}, {"s1", -1}}));
+  EXPECT_EQ(form("2*(s0 + 4) - 2*s0")->coefficients, Coefficients{});  // the s0 terms cancel
+  EXPECT_EQ(form("2*(s0 + 4) - 2*s0")->constant, 8);
+  for (const char* nonlinear : {"s0*s1", "s0//2", "Mod(s0, 4)", "Max(s0, 1)", "s0**2",
+                                "4611686018427387904*s0*2"})
+    EXPECT_FALSE(form(nonlinear)) << nonlinear;
+}
+
 TEST(SymExpr, RejectsWhatItCannotEvaluate) {
   for (const char* bad : {"Floor(s0)", "Max(1)", "s0 +", "s0 ** s1", "s0**0", "s0**64", "(s0",
                           "", "s0 / 2", "99999999999999999999"}) {
@@ -209,6 +223,29 @@ TEST(DynamicShapes, SliceUpToASumsSummand) {
       EXPECT_EQ(out[1].data<float>()[j], j + 1 < s ? j + 1 : -1.f);       // shifted by one
     }
   }
+}
+
+// EnCodec's reflect padding trimmed back: x doubled by concat and padded by 1 on each side,
+// then sliced up to 2*s, PyTorch's name for the doubled length: within the dim for every s, as
+// the names' linear forms show, however unbounded s is.
+TEST(DynamicShapes, SliceOfAPaddedDimUpToALinearEnd) {
+  auto g = parse_graph(R"(graph @g {
+    sym s in [2, 9223372036854775807]
+    input %x : f32[1, s]
+    %c = concat(%x, %x) {dim = 1}
+    %p = pad(%c) {pad = [1, 1], mode = "reflect"}
+    %t = slice(%p) {dim = 1, sym_end = "2*s"}
+    output %t
+  })");
+  // Names no string comparison relates to the end's.
+  EXPECT_EQ(shape_string(g->find_value("p")->type().shape, &g->symbols()), "[1, s + s+2]");
+  auto compiled = CompiledGraph::compile(*g, CompileOptions{.verify = true});
+  Tensor x = Tensor::zeros(DType::F32, {1, 3});
+  for (int64_t i = 0; i < 3; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  std::vector<Tensor> out = compiled->run({x.view()});
+  ASSERT_EQ(out[0].sizes(), (std::vector<int64_t>{1, 6}));
+  // [1 2 3 1 2 3] reflect-padded: [2 1 2 3 1 2 3 2], the first 6.
+  EXPECT_EQ(test::values_of<float>(out[0]), (std::vector<float>{2, 1, 2, 3, 1, 2}));
 }
 
 TEST(DynamicShapes, SliceEndThatMayLeaveTheDimFails) {
