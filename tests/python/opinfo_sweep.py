@@ -95,7 +95,7 @@ SUBSET = (
     "full_like", "zeros_like", "fill", "as_strided", "unbind", "sort",
     "nn.functional.scaled_dot_product_attention", "nn.functional.pad", "linalg.vector_norm",
     "nn.functional.normalize", "nn.functional.conv3d", "nn.functional.glu",
-    "nn.functional.grid_sample",
+    "nn.functional.grid_sample", "unfold",
 )
 SUBSET_SAMPLES = 4
 

@@ -1,7 +1,7 @@
-"""Layout and creation converters (src/frontend/aten/aten_layout.cc) against PyTorch eager:
-to(memory_format=...) as a copy of the same values (Kiln's tensors are dense row-major) and
-arange with a start and a step. fallback_to_cpu=False makes every node convert; the refused forms
-stay in PyTorch with their reason in kiln.explain."""
+"""Layout and creation converters (src/frontend/aten/aten_layout.cc, aten_shape.cc) against
+PyTorch eager: to(memory_format=...) as a copy of the same values (Kiln's tensors are dense
+row-major), arange with a start and a step, Tensor.unfold's windows. fallback_to_cpu=False makes
+every node convert; the refused forms stay in PyTorch with their reason in kiln.explain."""
 
 import functools
 
@@ -119,3 +119,25 @@ def test_padding_that_crops_a_dim_away_stays_in_pytorch():
     count, reason = report.fallback["aten.replication_pad2d.default"]
     assert count == 1 and "non-empty" in reason, str(report)
     assert torch.equal(torch.compile(fn, backend="kiln")(x), fn(x))
+
+
+@pytest.mark.parametrize("args", [(3, 2, 1), (1, 2, 2), (-1, 5, 5), (0, 1, 3), (2, 4, 1)],
+                         ids=["overlapping", "strided", "last_dim_patches", "dim0", "whole_dim"])
+def test_tensor_unfold_windows_bit_for_bit(args):
+    """Tensor.unfold (PatchTST's patches): a gather at constant positions, copied exactly."""
+    fn = lambda x: x.unfold(*args) * 1  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(X)
+    assert torch.equal(got, fn(X))
+
+
+def test_tensor_unfold_with_a_dynamic_batch_and_along_a_dynamic_dim():
+    fn = lambda x: x.unfold(2, 2, 1).sum(-1)  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    for n in (2, 5):
+        x = torch.randn(n, 3, 4, 5)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), fn(x))
+    x = torch.randn(2, 3, 6, 5)
+    torch._dynamo.mark_dynamic(x, 2)
+    report = kiln.explain(lambda t: t.unfold(2, 2, 1).exp(), x)
+    assert "dynamic dim" in report.fallback["aten.unfold.default"][1], str(report)

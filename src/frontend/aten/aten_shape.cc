@@ -1,5 +1,6 @@
 // Views, reshapes and permutations. Kiln values are immutable, so a view is a new value (a
 // reshape or permute) and a clone or contiguous is the value itself.
+#include <algorithm>
 #include <numeric>
 
 #include "frontend/converter.h"
@@ -102,6 +103,51 @@ void register_aten_shape_converters(ConverterRegistry& r) {
                                        {"end", first + count}, {"step", int64_t{1}}});
     }
     return {ctx.add("reshape", {flat}, {{"shape", size}})};
+  });
+  // Tensor.unfold(dimension, size, step) (PatchTST's patches, sliding frames): windows of `size`
+  // elements `step` apart along the dim, which becomes [W] with a new last dim [size]. An
+  // index_select at w·step + j, the dim split into [W, size], the window's elements moved last.
+  // The dim's size must be static (the positions are constants), and at most one other dim
+  // dynamic (the split's -1).
+  r.add("aten.unfold.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const Shape& shape = x->type().shape;
+    if (shape.empty()) ctx.unsupported("unfold of a 0-d tensor");
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    const int64_t dim = normalized_dim(ctx, ctx.integer("dimension"), shape.size());
+    const int64_t size = ctx.integer("size"), step = ctx.integer("step");
+    if (!shape[dim].is_static())
+      ctx.unsupported("unfold along a dynamic dim (the windows' positions are constants)");
+    const int64_t n = shape[dim].size();
+    if (size < 0 || size > n || step < 1)
+      ctx.unsupported("unfold windows that don't fit the dim (PyTorch refuses them)");
+    const int64_t windows = (n - size) / step + 1;
+    Tensor positions = Tensor::empty(DType::I64, {windows * size});
+    int64_t* at = positions.data<int64_t>();
+    for (int64_t w = 0; w < windows; ++w)
+      for (int64_t j = 0; j < size; ++j) *at++ = w * step + j;
+    Value* picked = ctx.add(
+        "index_select",
+        {x, ctx.graph().add_constant(ctx.node_name() + "_positions", std::move(positions))},
+        {{"dim", dim}});
+    std::vector<int64_t> split;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d == dim) {
+        split.push_back(windows);
+        split.push_back(size);
+      } else {
+        split.push_back(shape[d].is_static() ? shape[d].size() : -1);
+      }
+    }
+    if (std::count(split.begin(), split.end(), -1) > 1)
+      ctx.unsupported("unfold of a tensor with more than one dynamic dim");
+    Value* y = ctx.add("reshape", {picked}, {{"shape", split}});
+    if (dim == rank - 1) return {y};
+    std::vector<int64_t> order(static_cast<size_t>(rank) + 1);
+    std::iota(order.begin(), order.end(), 0);
+    order.erase(order.begin() + dim + 1);
+    order.push_back(dim + 1);
+    return {ctx.add("permute", {y}, {{"dims", order}})};
   });
   r.add("aten.permute.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("permute", {ctx.tensor("self")}, {{"dims", ctx.integers("dims")}})};
