@@ -125,6 +125,33 @@ def test_unfold_of_dynamic_planes_stays_in_pytorch():
     assert "dynamic channels, height or width" in report.fallback["aten.im2col.default"][1]
 
 
+FOLD = {  # (cols shape, output_size, kwargs of F.fold)
+    "k2": ((2, 3 * 4, 20), (5, 6), {"kernel_size": 2}),
+    "overlapping_3x3": ((1, 8 * 9, 64), (10, 10), {"kernel_size": 3}),
+    "every_argument": ((2, 3 * 6, 16), (7, 9), {"kernel_size": (2, 3), "dilation": (2, 1),
+                                                 "padding": (1, 2), "stride": (2, 3)}),
+    "patches": ((1, 4 * 4, 16), (8, 8), {"kernel_size": 2, "stride": 2}),  # MobileViTV2's
+    "unbatched": ((3 * 4, 20), (5, 6), {"kernel_size": 2}),
+}
+
+
+@pytest.mark.parametrize("case", FOLD)
+def test_fold_matches_eager_bit_for_bit(case):
+    """col2im sums overlapping windows in PyTorch's order: kernel offset first."""
+    shape, output_size, kwargs = FOLD[case]
+    x = torch.randn(shape, generator=G)
+    fn = lambda x: F.fold(x, output_size, **kwargs)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert torch.equal(got, fn(x))
+
+
+def test_fold_with_a_dynamic_batch_stays_in_pytorch():
+    x = torch.randn(2, 3 * 4, 20, generator=G)
+    torch._dynamo.mark_dynamic(x, 0)
+    report = kiln.explain(lambda t: F.fold(t, (5, 6), kernel_size=2).exp(), x)
+    assert "dynamic sizes" in report.fallback["aten.col2im.default"][1], str(report)
+
+
 CONV3D = {  # kwargs of F.conv3d on x[2, 4, 5, 9, 8] and w[6, 4 / groups, 3, 3, 2]
     "plain": {},
     "tubelets": {"stride": (1, 3, 2)},

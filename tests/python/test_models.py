@@ -101,6 +101,11 @@ def small_models():
         "mobilevit": (lambda: lively(T.MobileViTModel(T.MobileViTConfig(
             image_size=32, hidden_sizes=[32, 48, 64],
             neck_hidden_sizes=[8, 16, 24, 32, 40, 48, 160]))), image),
+        # Separable self-attention over patches unfolded and folded back (nn.Fold: col2im); 64
+        # pixels, since the last stage halves the image 5 times and then takes 2x2 patches.
+        "mobilevitv2": (lambda: lively(T.MobileViTV2Model(T.MobileViTV2Config(
+            image_size=64, width_multiplier=0.5)).eval()),
+            torch.nn.functional.interpolate(image, scale_factor=2)),
         # Channels-last layer norm around a 7x7 depthwise convolution, layer scale.
         "convnext": (lambda: T.ConvNextModel(T.ConvNextConfig(
             hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)), image),
