@@ -69,6 +69,12 @@ SCATTERS = {
     "slice_scatter_open": lambda t: torch.slice_scatter(t, t[2:], dim=0, start=-3),
     "select_scatter": lambda t: torch.select_scatter(t, -t[:, 0], dim=1, index=-2),
     "setitem": lambda t: _assign(t),
+    # StaticCache's index_copy_ at cache_position, along the last dim, and index_add with
+    # repeated positions (added in the index's order) and an alpha.
+    "index_copy_dim0": lambda t: t.index_copy(0, torch.tensor([3, 0]), -t[:2]),
+    "index_copy_last_dim": lambda t: t.index_copy(-1, torch.tensor([5, 1]), t[:, :2] * 2),
+    "index_add_repeated": lambda t: t.index_add(1, torch.tensor([2, 2, 0]), t[:, 3:]),
+    "index_add_alpha": lambda t: t.index_add(0, torch.tensor([1, 4]), t[2:4], alpha=-0.5),
     # Boolean masks over leading dims, values the same at every true element.
     "mask_scalar": lambda t: t.index_put((t > 0,), torch.tensor(2.5)),
     "mask_rows_int_value": lambda t: t.index_put((t[:, 0] > 0,), torch.tensor(3)),

@@ -235,3 +235,31 @@ def test_decoding_under_dynamic_shapes_is_one_kiln_graph(name):
 
     assert greedy(forward) == greedy(model.forward)
     torch._dynamo.reset()
+
+
+def test_decoding_with_a_static_cache_runs_in_kiln():
+    """transformers' StaticCache (the cache torch.compile users pick: fixed shapes) writes each
+    step's keys and values with index_copy_ at cache_position: every op converts, and the
+    tokens are eager's."""
+    config = T.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=128, vocab_size=100)
+    torch.manual_seed(0)
+    model = T.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(3, 100, (1, 9), generator=torch.Generator().manual_seed(4))
+    torch._dynamo.reset()
+    forward = torch.compile(model.forward, backend="kiln",
+                            options={"operator_selection.fallback_to_cpu": False})
+
+    def greedy(step, steps=6):
+        cache = T.StaticCache(config=config, max_cache_len=32)
+        ids, position, tokens = prompt, torch.arange(prompt.shape[1]), []
+        with torch.no_grad():
+            for _ in range(steps):
+                ids = step(input_ids=ids, past_key_values=cache, cache_position=position,
+                           use_cache=True).logits[:, -1:].argmax(-1)
+                tokens.append(ids.item())
+                position = position[-1:] + 1
+        return tokens
+
+    assert greedy(forward) == greedy(model.forward)
+    torch._dynamo.reset()

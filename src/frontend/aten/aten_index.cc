@@ -64,13 +64,28 @@ std::vector<Value*> index_tensor(ConvertContext& ctx) {
   return {ctx.add("permute", {y}, {{"dims", dims}})};
 }
 
+// x with src's slices along `dim` (in [0, rank)) written at `positions` (i64 [k]: src has k
+// along dim), or added with `accumulate`, in the positions' order: an index_put along the dim
+// moved to the front (index_put indexes leading dims) and back.
+Value* put_along_dim(ConvertContext& ctx, Value* x, Value* src, int64_t dim, Value* positions,
+                     bool accumulate) {
+  const AttrMap attrs{{"accumulate", accumulate}};
+  if (dim == 0) return ctx.add("index_put", {x, src, positions}, attrs);
+  const auto rank = static_cast<int64_t>(x->type().rank());
+  std::vector<int64_t> order = {dim}, inverse(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim) order.push_back(d);
+  for (int64_t d = 0; d < rank; ++d) inverse[static_cast<size_t>(order[d])] = d;
+  Value* y = ctx.add("index_put", {ctx.add("permute", {x}, {{"dims", order}}),
+                                   ctx.add("permute", {src}, {{"dims", order}}), positions},
+                     attrs);
+  return ctx.add("permute", {y}, {{"dims", inverse}});
+}
+
 // x with src written into positions start, start + step, ... (before end) of `dim` (in
-// [0, rank)), Python
-// slicing's bounds: x.slice_scatter(src, dim, start, end, step). An index_put of those positions
-// along the dim, moved to the front (index_put indexes leading dims) and back.
+// [0, rank)), Python slicing's bounds: x.slice_scatter(src, dim, start, end, step).
 Value* slice_scatter(ConvertContext& ctx, Value* x, Value* src, int64_t dim,
                      std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) {
-  const auto rank = static_cast<int64_t>(x->type().rank());
   if (step < 1) ctx.unsupported("step " + std::to_string(step));
   const Dim size = x->type().shape[static_cast<size_t>(dim)];
   if (!size.is_static()) ctx.unsupported("scattering along a dynamic dim");
@@ -80,14 +95,30 @@ Value* slice_scatter(ConvertContext& ctx, Value* x, Value* src, int64_t dim,
   Value* positions =
       ctx.add("arange", {}, {{"start", double(first)}, {"end", double(last)},
                              {"step", double(step)}, {"dtype", std::string("i64")}});
-  std::vector<int64_t> order = {dim}, inverse(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d)
-    if (d != dim) order.push_back(d);
-  for (int64_t d = 0; d < rank; ++d) inverse[static_cast<size_t>(order[d])] = d;
-  if (dim == 0) return ctx.add("index_put", {x, src, positions});
-  Value* y = ctx.add("index_put", {ctx.add("permute", {x}, {{"dims", order}}),
-                                   ctx.add("permute", {src}, {{"dims", order}}), positions});
-  return ctx.add("permute", {y}, {{"dims", inverse}});
+  return put_along_dim(ctx, x, src, dim, positions, false);
+}
+
+// index_copy and index_add: source's slices along dim written or added at index's positions.
+// PyTorch takes a 0-d index (and then a source without the dim) as one position.
+std::vector<Value*> index_along_dim(ConvertContext& ctx, bool accumulate) {
+  Value* x = ctx.tensor("self");
+  if (x->type().rank() == 0) ctx.unsupported("indexing a 0-d tensor along a dim");
+  const int64_t dim = ctx.dim("dim", x->type().rank());
+  Value* index = ctx.tensor("index");
+  Value* source = ctx.tensor("source");
+  if (index->type().rank() == 0) {
+    index = ctx.add("unsqueeze", {index}, {{"dim", int64_t{0}}});
+    if (source->type().rank() + 1 == x->type().rank())
+      source = ctx.add("unsqueeze", {source}, {{"dim", dim}});
+  }
+  if (accumulate && ctx.has("alpha") && ctx.number("alpha") != 1.0) {
+    // alpha as a Python number (f64, wrapped): source's dtype stays.
+    Tensor alpha = Tensor::empty(DType::F64, {});
+    *alpha.data<double>() = ctx.number("alpha");
+    source = ctx.add("mul", {source, ctx.graph().add_constant(ctx.node_name() + "_alpha", alpha)},
+                     {{"wrapped_numbers", std::vector<int64_t>{1}}});
+  }
+  return {put_along_dim(ctx, x, source, dim, index, accumulate)};
 }
 
 bool is_mask(DType dtype) { return dtype == DType::Bool || dtype == DType::U8; }
@@ -205,6 +236,11 @@ void register_aten_index_converters(ConverterRegistry& r) {
     return {slice_scatter(ctx, x, ctx.tensor("src"), ctx.dim("dim", x->type().rank()),
                           optional("start"), optional("end"), ctx.integer("step"))};
   });
+  // x.index_copy(dim, index, source) (transformers' StaticCache writes each step's keys and
+  // values at cache_position with it); index_add adds, in the index's order, as PyTorch does.
+  r.add("aten.index_copy.default",
+        [](ConvertContext& ctx) { return index_along_dim(ctx, false); });
+  r.add("aten.index_add.default", [](ConvertContext& ctx) { return index_along_dim(ctx, true); });
   r.add("aten.select_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
     const int64_t dim = ctx.dim("dim", x->type().rank());
