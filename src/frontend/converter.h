@@ -81,6 +81,9 @@ class ConvertContext {
   Value* size_value(const std::string& expr);
   // `v` in `dtype`: v itself when it has it, else a cast node.
   Value* cast(Value* v, DType dtype);
+  // `v` reshaped to output i's shape as PyTorch computed it, symbolic dims included (a single
+  // -1 can't stand for two dynamic dims: [s0*s1, 64] for view(x, [-1, 64]) of [s0, s1, 64]).
+  Value* reshape_to_output(Value* v, size_t i = 0);
   // The dim argument `arg` of a tensor of rank `rank`, a negative one counted from the end:
   // in [0, rank), or E50001 naming the argument.
   int64_t dim(const std::string& arg, size_t rank) const;

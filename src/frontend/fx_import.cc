@@ -325,6 +325,19 @@ Value* ConvertContext::cast(Value* v, DType dtype) {
   return add("to", {v}, {{"dtype", std::string(dtype_name(dtype))}});
 }
 
+Value* ConvertContext::reshape_to_output(Value* v, size_t i) {
+  std::vector<int64_t> shape;
+  std::vector<std::string> sym_shape;
+  bool dynamic = false;
+  for (const Json& d : output_meta(i).at("shape")) {
+    shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    sym_shape.push_back(d.is_string() ? d.get<std::string>() : "");
+    dynamic |= d.is_string();
+  }
+  if (!dynamic) return add("reshape", {v}, {{"shape", shape}});
+  return add("reshape", {v}, {{"shape", shape}, {"sym_shape", sym_shape}});
+}
+
 int64_t ConvertContext::dim(const std::string& arg, size_t rank) const {
   const int64_t d = integer(arg), r = static_cast<int64_t>(rank);
   if (d < -r || d >= r)

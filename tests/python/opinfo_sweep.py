@@ -95,7 +95,7 @@ SUBSET = (
     "full_like", "zeros_like", "fill", "as_strided", "unbind", "sort",
     "nn.functional.scaled_dot_product_attention", "nn.functional.pad", "linalg.vector_norm",
     "nn.functional.normalize", "nn.functional.conv3d", "nn.functional.glu",
-    "nn.functional.grid_sample", "unfold",
+    "nn.functional.grid_sample", "unfold", "masked_scatter", "index_copy", "index_add",
 )
 SUBSET_SAMPLES = 4
 

@@ -75,6 +75,10 @@ SCATTERS = {
     "index_copy_last_dim": lambda t: t.index_copy(-1, torch.tensor([5, 1]), t[:, :2] * 2),
     "index_add_repeated": lambda t: t.index_add(1, torch.tensor([2, 2, 0]), t[:, 3:]),
     "index_add_alpha": lambda t: t.index_add(0, torch.tensor([1, 4]), t[2:4], alpha=-0.5),
+    # VLMs' image features into the prompt: the k-th true element takes source's k-th.
+    "masked_scatter": lambda t: t.masked_scatter(t > 0, -10 * t),
+    "masked_scatter_broadcast_rows": lambda t: t.masked_scatter(
+        torch.tensor([[True], [False], [True], [False], [True]]), torch.arange(30.0)),
     # Boolean masks over leading dims, values the same at every true element.
     "mask_scalar": lambda t: t.index_put((t > 0,), torch.tensor(2.5)),
     "mask_rows_int_value": lambda t: t.index_put((t[:, 0] > 0,), torch.tensor(3)),

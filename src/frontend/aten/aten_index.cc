@@ -123,6 +123,33 @@ std::vector<Value*> index_along_dim(ConvertContext& ctx, bool accumulate) {
 
 bool is_mask(DType dtype) { return dtype == DType::Bool || dtype == DType::U8; }
 
+// x.masked_scatter(mask, source) (LLaVA-style VLMs place the image features at the prompt's
+// image tokens): the k-th true element of mask, broadcast to x in row-major order, takes
+// source's k-th element. Each element's rank among the true ones is the running count of the
+// mask, at which source, flattened, is gathered; a where keeps x elsewhere. Pure data movement:
+// bit for bit. More true elements than source holds is index_select's E40002 at run time, as
+// PyTorch refuses it too.
+Value* masked_scatter(ConvertContext& ctx) {
+  Value* x = ctx.tensor("self");
+  Value* mask = ctx.cast(ctx.tensor("mask"), DType::Bool);
+  Value* source = ctx.tensor("source");
+  const Shape& from = source->type().shape;
+  if (is_static(from) && num_elements(static_sizes(from)) == 0)
+    ctx.unsupported("masked_scatter from an empty source");
+  Value* hits = ctx.add("where", {mask, ctx.add("ones_like", {x}, {{"dtype", std::string("i64")}}),
+                                  ctx.add("zeros_like", {x}, {{"dtype", std::string("i64")}})});
+  Value* ranks = ctx.add("cumsum", {ctx.add("reshape", {hits}, {{"shape", std::vector<int64_t>{-1}}})},
+                         {{"dim", int64_t{0}}});
+  // The rank less one, and 0 where no true element came yet (those positions keep x).
+  Value* index = ctx.add("maximum", {ctx.add("sub", {ranks, ctx.scalar(1, DType::I64)}),
+                                     ctx.scalar(0, DType::I64)});
+  Value* taken = ctx.add(
+      "index_select",
+      {ctx.add("reshape", {source}, {{"shape", std::vector<int64_t>{-1}}}), index},
+      {{"dim", int64_t{0}}});
+  return ctx.add("where", {mask, ctx.reshape_to_output(taken), x});
+}
+
 // x[mask] = values (x[mask] += values with accumulate), mask over x's leading dims: PyTorch
 // writes values broadcast to [count of true, x's other dims]. Where values is the same for every
 // true position (its leading dim, if it has one beyond x's other dims, is 1), that is
@@ -235,6 +262,9 @@ void register_aten_index_converters(ConverterRegistry& r) {
     Value* x = ctx.tensor("self");
     return {slice_scatter(ctx, x, ctx.tensor("src"), ctx.dim("dim", x->type().rank()),
                           optional("start"), optional("end"), ctx.integer("step"))};
+  });
+  r.add("aten.masked_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {masked_scatter(ctx)};
   });
   // x.index_copy(dim, index, source) (transformers' StaticCache writes each step's keys and
   // values at cache_position with it); index_add adds, in the index's order, as PyTorch does.

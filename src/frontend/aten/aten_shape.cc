@@ -9,21 +9,10 @@ namespace kiln {
 
 namespace {
 
-// A dynamic output shape is taken from PyTorch's, where every size is resolved to an expression
-// over the symbols ([s0*s1, 64] for view(x, [-1, 64]) of an [s0, s1, 64] tensor): a single -1
-// can't stand for two dynamic dims.
+// The output shape PyTorch computed: static sizes as they are, symbolic ones resolved to
+// expressions over the symbols.
 std::vector<Value*> reshape(ConvertContext& ctx) {
-  const ConvertContext::Sizes size = ctx.sizes("size");
-  std::vector<int64_t> shape;
-  std::vector<std::string> sym_shape;
-  bool dynamic = false;
-  for (const Json& d : ctx.output_meta().at("shape")) {
-    shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
-    sym_shape.push_back(d.is_string() ? d.get<std::string>() : "");
-    dynamic |= d.is_string();
-  }
-  if (!dynamic) return {ctx.add("reshape", {ctx.tensor("self")}, {{"shape", size.ints}})};
-  return {ctx.add("reshape", {ctx.tensor("self")}, {{"shape", shape}, {"sym_shape", sym_shape}})};
+  return {ctx.reshape_to_output(ctx.tensor("self"))};
 }
 
 std::vector<Value*> same_value(ConvertContext& ctx) { return {ctx.tensor("self")}; }
