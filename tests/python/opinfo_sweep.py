@@ -45,6 +45,7 @@ ALIASES = {
     "nn.functional.conv3d": "convolution",
     "nn.functional.glu": "glu",
     "nn.functional.grid_sample": "grid_sampler_2d",
+    "nn.functional.prelu": "_prelu_kernel",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
@@ -96,6 +97,8 @@ SUBSET = (
     "nn.functional.scaled_dot_product_attention", "nn.functional.pad", "linalg.vector_norm",
     "nn.functional.normalize", "nn.functional.conv3d", "nn.functional.glu",
     "nn.functional.grid_sample", "unfold", "masked_scatter", "index_copy", "index_add",
+    "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle",
+    "nn.functional.channel_shuffle", "nn.functional.prelu",
 )
 SUBSET_SAMPLES = 4
 

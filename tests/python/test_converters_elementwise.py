@@ -287,6 +287,16 @@ def test_glu_over_a_dynamic_dim_stays_in_pytorch():
     assert "dynamic dim" in report.fallback["aten.glu.default"][1], str(report)
 
 
+def test_prelu_is_eagers_bit_for_bit():
+    weight = torch.tensor([0.25, -1.5, 2.0])
+    for w in (weight, weight[:1]):
+        fn = lambda t: F.prelu(t, w)  # noqa: E731
+        x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(3))
+        x[0, 0, 0, :3] = torch.tensor([0.0, -0.0, float("nan")])
+        got = torch.compile(fn, backend="kiln", options=OPTIONS)(x)
+        assert torch.equal(got.nan_to_num(7.0), fn(x).nan_to_num(7.0))
+
+
 def test_clamp():
     check(lambda x: torch.clamp(x, -1, 1), "x")
     check(lambda x: torch.clamp(x, min=0), "x")

@@ -141,3 +141,19 @@ def test_tensor_unfold_with_a_dynamic_batch_and_along_a_dynamic_dim():
     torch._dynamo.mark_dynamic(x, 2)
     report = kiln.explain(lambda t: t.unfold(2, 2, 1).exp(), x)
     assert "dynamic dim" in report.fallback["aten.unfold.default"][1], str(report)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nn.functional.pixel_shuffle(x, 2),
+    lambda x: torch.nn.functional.pixel_unshuffle(torch.nn.functional.pixel_shuffle(x, 2), 2),
+    lambda x: torch.nn.functional.pixel_unshuffle(x.repeat(1, 1, 2, 2), 2),
+    lambda x: torch.nn.functional.channel_shuffle(x.repeat(1, 2, 1, 1), 4),
+], ids=["pixel_shuffle", "unshuffle_of_shuffle", "pixel_unshuffle", "channel_shuffle"])
+def test_shuffles_bit_for_bit_with_a_dynamic_batch(fn):
+    """Super-resolution's sub-pixel convolutions and ShuffleNet's channel mixing: reshapes and
+    a permute."""
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    for n in (2, 3):
+        x = torch.randn(n, 4, 3, 5, generator=torch.Generator().manual_seed(n))
+        torch._dynamo.mark_dynamic(x, 0)
+        assert torch.equal(compiled(x), fn(x))

@@ -181,6 +181,13 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
     };
     return {ctx.add("mul", {half(0), ctx.add("sigmoid", {half(size.size() / 2)})})};
   });
+  // PReLU: x where x > 0, weight·x elsewhere, as PyTorch's kernel computes it (F.prelu has
+  // already shaped weight to broadcast over the channels).
+  r.add("aten._prelu_kernel.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    Value* positive = ctx.add("gt", {x, ctx.scalar(0, DType::I64)}, {{"wrapped_numbers", std::vector<int64_t>{1}}});
+    return {ctx.add("where", {positive, x, ctx.add("mul", {ctx.tensor("weight"), x})})};
+  });
   r.add("aten.leaky_relu.default", unary("leaky_relu", {"negative_slope"}));
   r.add("aten.elu.default", unary("elu", {"alpha", "scale", "input_scale"}));
   r.add("aten.softplus.default", unary("softplus", {"beta", "threshold"}));

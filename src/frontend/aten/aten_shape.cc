@@ -30,9 +30,82 @@ Value* swap_dims(ConvertContext& ctx, Value* x, int64_t a, int64_t b) {
   return ctx.add("permute", {x}, {{"dims", dims}});
 }
 
+// x's sizes from `first` on, a dynamic one as -1 (reshape infers it); E50001 when more than
+// one is dynamic.
+std::vector<int64_t> sizes_from(ConvertContext& ctx, Value* x, size_t first, size_t last) {
+  std::vector<int64_t> out;
+  int dynamic = 0;
+  for (size_t d = first; d < last; ++d) {
+    const Dim& dim = x->type().shape[d];
+    out.push_back(dim.is_static() ? dim.size() : -1);
+    dynamic += !dim.is_static();
+  }
+  if (dynamic > 1) ctx.unsupported("more than one dynamic dim");
+  return out;
+}
+
+// x [*, C·r², H, W] → [*, C, H·r, W·r] (pixel_shuffle: super-resolution's sub-pixel
+// convolution) or its inverse (pixel_unshuffle): a reshape, a permute, a reshape. C, H and W
+// static; at most one leading dim dynamic.
+Value* pixel_shuffle(ConvertContext& ctx, bool shuffle) {
+  Value* x = ctx.tensor("self");
+  const size_t rank = x->type().rank();
+  if (rank < 3) ctx.unsupported("pixel shuffling of a tensor of rank below 3");
+  const int64_t r = ctx.integer(shuffle ? "upscale_factor" : "downscale_factor");
+  std::vector<int64_t> lead = sizes_from(ctx, x, 0, rank - 3);
+  const std::vector<int64_t> chw = sizes_from(ctx, x, rank - 3, rank);
+  if (std::count(chw.begin(), chw.end(), -1) > 0)
+    ctx.unsupported("pixel shuffling with dynamic channels, height or width");
+  if (r < 1 || (shuffle ? chw[0] % (r * r) : chw[1] % r + chw[2] % r) != 0)
+    ctx.unsupported("a factor that doesn't divide the channels or the image (PyTorch refuses it)");
+  auto with_lead = [&](std::vector<int64_t> dims) {
+    dims.insert(dims.begin(), lead.begin(), lead.end());
+    return dims;
+  };
+  const int64_t n = static_cast<int64_t>(lead.size());
+  std::vector<int64_t> order(lead.size());
+  std::iota(order.begin(), order.end(), 0);
+  Value* split;
+  if (shuffle) {  // [*, C, r, r, H, W] → [*, C, H, r, W, r]
+    const int64_t c = chw[0] / (r * r);
+    split = ctx.add("reshape", {x}, {{"shape", with_lead({c, r, r, chw[1], chw[2]})}});
+    for (int64_t d : {0, 3, 1, 4, 2}) order.push_back(n + d);
+  } else {  // [*, C, H, r, W, r] → [*, C, r, r, H, W]
+    split = ctx.add("reshape", {x}, {{"shape", with_lead({chw[0], chw[1] / r, r, chw[2] / r, r})}});
+    for (int64_t d : {0, 2, 4, 1, 3}) order.push_back(n + d);
+  }
+  Value* moved = ctx.add("permute", {split}, {{"dims", order}});
+  const std::vector<int64_t> out =
+      shuffle ? with_lead({chw[0] / (r * r), chw[1] * r, chw[2] * r})
+              : with_lead({chw[0] * r * r, chw[1] / r, chw[2] / r});
+  return ctx.add("reshape", {moved}, {{"shape", out}});
+}
+
 }  // namespace
 
 void register_aten_shape_converters(ConverterRegistry& r) {
+  r.add("aten.pixel_shuffle.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {pixel_shuffle(ctx, true)};
+  });
+  r.add("aten.pixel_unshuffle.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {pixel_shuffle(ctx, false)};
+  });
+  // channel_shuffle (ShuffleNet): x [N, C, *] with C = g·k read as [N, g, k, *], the two swapped.
+  r.add("aten.channel_shuffle.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const size_t rank = x->type().rank();
+    if (rank < 3) ctx.unsupported("channel_shuffle of a tensor of rank below 3");
+    const int64_t groups = ctx.integer("groups");
+    const std::vector<int64_t> sizes = sizes_from(ctx, x, 0, rank);
+    if (sizes[1] < 0) ctx.unsupported("channel_shuffle of dynamic channels");
+    if (groups < 1 || sizes[1] % groups != 0)
+      ctx.unsupported("groups that don't divide the channels (PyTorch refuses them)");
+    std::vector<int64_t> split = sizes;
+    split[1] = sizes[1] / groups;
+    split.insert(split.begin() + 1, groups);
+    Value* y = swap_dims(ctx, ctx.add("reshape", {x}, {{"shape", split}}), 1, 2);
+    return {ctx.add("reshape", {y}, {{"shape", sizes}})};
+  });
   r.add("aten.view.default", reshape);
   r.add("aten._unsafe_view.default", reshape);
   r.add("aten.reshape.default", reshape);
