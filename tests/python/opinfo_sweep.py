@@ -98,7 +98,8 @@ SUBSET = (
     "nn.functional.normalize", "nn.functional.conv3d", "nn.functional.glu",
     "nn.functional.grid_sample", "unfold", "masked_scatter", "index_copy", "index_add",
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle",
-    "nn.functional.channel_shuffle", "nn.functional.prelu",
+    "nn.functional.channel_shuffle", "nn.functional.prelu", "var_mean", "nansum",
+    "count_nonzero",
 )
 SUBSET_SAMPLES = 4
 

@@ -62,7 +62,14 @@ def test_mean_in_a_dtype_kiln_lacks_stays_in_pytorch():
     lambda x: x.min(),
     lambda x: x.max(dim=1),
     lambda x: x.min(dim=-1, keepdim=True),
-], ids=["prod", "prod_dim", "any", "all_dim", "all_dims", "max", "min", "max_dim", "min_dim"])
+    lambda x: torch.var_mean(x, dim=1),
+    lambda x: torch.std_mean(x, dim=(0, 2), correction=0, keepdim=True),
+    lambda x: torch.where(x > 1, float("nan"), x).nansum(dim=-1),
+    lambda x: torch.count_nonzero(torch.where(x > 0, x, 0), dim=(0, 1)),
+    lambda x: torch.count_nonzero(x > 0.5),
+    lambda x: torch.nn.functional.pairwise_distance(x[0], x[1]),
+], ids=["prod", "prod_dim", "any", "all_dim", "all_dims", "max", "min", "max_dim", "min_dim",
+        "var_mean", "std_mean", "nansum", "count_nonzero_dims", "count_nonzero", "pairwise_distance"])
 def test_reductions_of_the_op_list(fn):
     x = INPUTS["f32"]
     expected = fn(x)

@@ -44,13 +44,15 @@ Converter spread(const std::string& op) {
   };
 }
 
-// linalg.vector_norm(x, ord, dim, keepdim, dtype) (torch.norm, F.normalize): the reductions
-// of |x| its ord names, the sum of |x|^ord to the power 1/ord otherwise, as PyTorch defines them.
-std::vector<Value*> vector_norm(ConvertContext& ctx) {
+// linalg.vector_norm(x, ord, dim, keepdim, dtype) (torch.norm, F.normalize), and the older
+// norm(x, p, dim, keepdim, dtype) (F.pairwise_distance) whose order is `ord_arg` "p": the
+// reductions of |x| the order names, the sum of |x|^ord to the power 1/ord otherwise, as
+// PyTorch defines them.
+std::vector<Value*> vector_norm(ConvertContext& ctx, const char* ord_arg) {
   Value* x = ctx.tensor("self");
   if (ctx.has("dtype")) x = ctx.cast(x, *ctx.dtype("dtype"));
   if (!is_floating(x->type().dtype)) ctx.unsupported("vector_norm of a non-float tensor");
-  const double ord = ctx.has("ord") ? ctx.number("ord") : 2.0;
+  const double ord = ctx.has(ord_arg) ? ctx.number(ord_arg) : 2.0;
   const AttrMap over{{"dim", reduced_dims(ctx, "dim")},
                      {"keepdim", ctx.has("keepdim") && ctx.boolean("keepdim")}};
   const DType dtype = x->type().dtype;
@@ -67,7 +69,39 @@ std::vector<Value*> vector_norm(ConvertContext& ctx) {
 }  // namespace
 
 void register_aten_reduction_converters(ConverterRegistry& r) {
-  r.add("aten.linalg_vector_norm.default", vector_norm);
+  r.add("aten.linalg_vector_norm.default",
+        [](ConvertContext& ctx) { return vector_norm(ctx, "ord"); });
+  for (const char* overload : {".Scalar", ".ScalarOpt_dim", ".ScalarOpt_dim_dtype", ".ScalarOpt_dtype"})
+    r.add(std::string("aten.norm") + overload,
+          [](ConvertContext& ctx) { return vector_norm(ctx, "p"); });
+  // var_mean and std_mean: the two reductions, each as var, std and mean compute it.
+  for (const char* op : {"var", "std"})
+    r.add("aten." + std::string(op) + "_mean.correction",
+          [spread = spread(op)](ConvertContext& ctx) -> std::vector<Value*> {
+            std::vector<Value*> out = spread(ctx);
+            const std::vector<int64_t> dims =
+                ctx.has("dim") ? ctx.integers("dim") : std::vector<int64_t>{};
+            out.push_back(ctx.add("mean", {ctx.tensor("self")},
+                                  {{"dim", dims}, {"keepdim", ctx.boolean("keepdim")}}));
+            return out;
+          });
+  // nansum: the sum with NaNs as 0; count_nonzero: the sum of x != 0, an i64.
+  r.add("aten.nansum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    if (ctx.has("dtype")) x = ctx.cast(x, *ctx.dtype("dtype"));
+    if (is_floating(x->type().dtype))
+      x = ctx.add("where", {ctx.add("isnan", {x}), ctx.scalar(0, x->type().dtype), x});
+    return {ctx.add("sum", {x}, {{"dim", reduced_dims(ctx, "dim")},
+                                 {"keepdim", ctx.has("keepdim") && ctx.boolean("keepdim")}})};
+  });
+  for (const char* overload : {".default", ".dim_IntList"})
+    r.add(std::string("aten.count_nonzero") + overload,
+          [](ConvertContext& ctx) -> std::vector<Value*> {
+            Value* x = ctx.tensor("self");
+            Value* nonzero = ctx.add("ne", {x, ctx.scalar(0, x->type().dtype)});
+            return {ctx.cast(ctx.add("sum", {nonzero}, {{"dim", reduced_dims(ctx, "dim")}}),
+                             DType::I64)};
+          });
   r.add("aten.sum.dim_IntList", reduce_dims("sum", "dim"));
   r.add("aten.mean.dim", reduce_dims("mean", "dim"));
   r.add("aten.amax.default", reduce_dims("amax", "dim"));
