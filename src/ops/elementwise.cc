@@ -6,7 +6,8 @@
 //             threshold), hardtanh (min_val, max_val), clamp (min, max), floor, ceil, trunc,
 //             round (decimals), isnan, isinf, logical_not
 //   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod,
-//             remainder, eq, ne, lt, le, gt, ge, logical_and, logical_or, logical_xor
+//             remainder, atan2, hypot, logaddexp, copysign, eq, ne, lt, le, gt, ge,
+//             logical_and, logical_or, logical_xor
 //   ternary:  where (condition, a, b)
 //
 // Each op is one table entry: a scalar functor (its operator() a template over the element type
@@ -364,6 +365,23 @@ KILN_WIDE_UNARY(GeluTanh, x / (1 + std::exp(-2 * std::sqrt(2 / std::numbers::pi)
 KILN_WIDE_UNARY(Silu, x / (1 + std::exp(-x)))
 KILN_WIDE_UNARY(Mish, x * std::tanh(std::log1p(std::exp(x))))
 #undef KILN_WIDE_UNARY
+
+// A function of two operands evaluated in double for f32 and rounded once.
+#define KILN_WIDE_BINARY(Name, expression)                        \
+  struct Name {                                                   \
+    template <typename T> T operator()(T first, T second) const { \
+      const Wide<T> a = first, b = second;                        \
+      return static_cast<T>(expression);                          \
+    }                                                             \
+  };
+KILN_WIDE_BINARY(Atan2, std::atan2(a, b))
+KILN_WIDE_BINARY(Hypot, std::hypot(a, b))
+KILN_WIDE_BINARY(CopySign, std::copysign(a, b))
+// PyTorch's: equal infinities give themselves (their difference would be NaN).
+KILN_WIDE_BINARY(LogAddExp, std::isinf(a) && a == b
+                                ? a
+                                : std::max(a, b) + std::log1p(std::exp(-std::abs(a - b))))
+#undef KILN_WIDE_BINARY
 
 // PyTorch's formulas in the element type, rounded at each step as PyTorch rounds them:
 // x * min(max(x + 3, 0), 6) / 6 and min(max(x + 3, 0), 6) / 6 (NaN passes: both comparisons are
@@ -886,6 +904,10 @@ const std::vector<OpEntry>& op_table() {
           entry<Fmod, kNumeric, 2>("fmod", {}, KILN_AVX2(binary_avx2<&cpu::avx2::fmod>))),
       checking_divisor(entry<Remainder, kNumeric, 2>(
           "remainder", {}, KILN_AVX2(binary_avx2<&cpu::avx2::remainder>))),
+      entry<Atan2, kFloating, 2>("atan2"),
+      entry<Hypot, kFloatOnly, 2>("hypot"),
+      entry<LogAddExp, kFloatOnly, 2>("logaddexp"),
+      entry<CopySign, kFloating, 2>("copysign"),
       entry<Comparison<std::equal_to<>>, kPredicate, 2>("eq", {},
                                                        KILN_AVX2(compare_avx2<&cpu::avx2::eq>)),
       entry<Comparison<std::not_equal_to<>>, kPredicate, 2>(

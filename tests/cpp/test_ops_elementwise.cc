@@ -500,6 +500,13 @@ TEST(OpsElementwise, ReferenceBinaryMatchesHandComputedValues) {
       binary_reference("remainder", {-1, 1, -0.0f, 5, kInf, 7}, {kInf, -kInf, 2, 0, 2, -3}),
                      {kInf, -kInf, -0.0f, kNaN, kNaN, -2});
   expect_same_floats(binary_reference("fmod", {-7, 7, 5.5f}, {3, -3, 0}), {-1, 1, kNaN});
+  expect_same_floats(binary_reference("atan2", {1, -1, 0, -0.0f}, {1, 1, -1, -1}),
+                     {0.785398163f, -0.785398163f, 3.14159274f, -3.14159274f});
+  expect_same_floats(binary_reference("hypot", {3, kInf, kNaN}, {4, kNaN, kInf}), {5, kInf, kInf});
+  // Equal infinities give themselves; otherwise max + log1p(exp(-|a - b|)).
+  expect_same_floats(binary_reference("logaddexp", {kInf, -kInf, 0, 1}, {kInf, -kInf, 0, kNaN}),
+                     {kInf, -kInf, 0.693147181f, kNaN});
+  expect_same_floats(binary_reference("copysign", {1, 2, -3}, {-0.0f, 3, 1}), {-1, 2, 3});
   expect_same_floats(
       binary_reference("pow", {2, -2, 4, -kInf, kNaN, 1}, {10, 3, -0.5f, 0.5f, 0, kNaN}),
                      {1024, -8, 0.5f, kInf, 1, 1});
@@ -1435,8 +1442,8 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
                          "cosh", "asinh", "acosh", "atanh", "exp2", "log10"})
     cases.push_back({op, {f}});
   for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
-                         "remainder", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-                         "logical_or", "logical_xor"}) {
+                         "remainder", "atan2", "hypot", "logaddexp", "copysign", "eq", "ne", "lt",
+                         "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}) {
     cases.push_back({op, {f, row}});
     cases.push_back({op, {i, f}});
   }
@@ -1484,7 +1491,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
   }
   // Every elementwise op of the registry is covered.
   for (const std::string& op : covered) EXPECT_NE(OpRegistry::instance().find(op), nullptr);
-  EXPECT_EQ(covered.size(), 64u);
+  EXPECT_EQ(covered.size(), 68u);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ ALIASES = {
     "nn.functional.glu": "glu",
     "nn.functional.grid_sample": "grid_sampler_2d",
     "nn.functional.prelu": "_prelu_kernel",
+    "nn.functional.logsigmoid": "log_sigmoid_forward",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
@@ -99,7 +100,7 @@ SUBSET = (
     "nn.functional.grid_sample", "unfold", "masked_scatter", "index_copy", "index_add",
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle",
     "nn.functional.channel_shuffle", "nn.functional.prelu", "var_mean", "nansum",
-    "count_nonzero",
+    "count_nonzero", "atan2", "logaddexp", "lerp", "addcmul", "nn.functional.logsigmoid",
 )
 SUBSET_SAMPLES = 4
 

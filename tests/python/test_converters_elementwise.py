@@ -297,6 +297,56 @@ def test_prelu_is_eagers_bit_for_bit():
         assert torch.equal(got.nan_to_num(7.0), fn(x).nan_to_num(7.0))
 
 
+def test_binary_functions_round_once():
+    """atan2, hypot and logaddexp computed in double and rounded once: the float64 result's
+    bits (eager's own f32 kernels are 1 and 4 ULP off it); copysign is exact."""
+    x, y = INPUTS["x"], INPUTS["y"]
+    for fn in (torch.atan2, torch.hypot, torch.logaddexp, torch.copysign):
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="kiln", options=OPTIONS)(x, y)
+        assert ulp_distance(got, fn(x.double(), y.double()).float()) == 0, fn.__name__
+    check(lambda x: torch.copysign(x, -1.0), "x")
+    check(lambda i, x: torch.atan2(i, x), "i", "x", ulp=1)  # an integer promotes to f32
+
+
+def test_composite_functions():
+    check(lambda x: F.celu(x, 0.7), "x")  # elu with input_scale 1/alpha, as PyTorch's
+    check(lambda x: torch.frac(x * 7), "x")
+    check(lambda x, y: torch.heaviside(x, y), "x", "y")
+    check(lambda x: torch.logit(torch.sigmoid(x)), "x")
+    check(lambda x: torch.logit(torch.sigmoid(x), eps=1e-3), "x")
+    check(lambda x: torch.nan_to_num(x / 0), "x")
+    check(lambda x: torch.nan_to_num(x / 0, nan=1.5, posinf=2.0, neginf=-3.0), "x")
+    check(lambda x: torch.sgn(x), "x")
+    # min(x, 0) − log1p(exp(−|x|)) in f32 steps: 2 ULP from float64 (eager's 1).
+    x = INPUTS["x"]
+    got = torch.compile(F.logsigmoid, backend="kiln", options=OPTIONS)(x)
+    assert ulp_distance(got, F.logsigmoid(x.double()).float()) <= 2
+
+
+# Each function with the magnitude of its terms.
+@pytest.mark.parametrize("fn, terms", [
+    (lambda a, b: torch.lerp(a, b, 0.3), lambda a, b: a.abs() + b.abs()),
+    (lambda a, b: torch.lerp(a, b, torch.sigmoid(b) * 1.2), lambda a, b: a.abs() + b.abs()),
+    (lambda a, b: torch.addcmul(a, b, a, value=0.5), lambda a, b: a.abs() + (a * b / 2).abs()),
+    (lambda a, b: torch.addcdiv(a, b, a + 3, value=-2),
+     lambda a, b: a.abs() + (2 * b / (a + 3)).abs()),
+], ids=["lerp", "lerp_tensor_weight", "addcmul", "addcdiv"])
+def test_lerp_addcmul_addcdiv_within_rounding_of_their_terms(fn, terms):
+    """Eager's AVX2 kernels fuse a product and a sum into an FMA here, Kiln rounds each step:
+    both are within a few roundings of the terms' magnitudes of the exact result, and near
+    cancellation their ULP distance says nothing."""
+    a, b = INPUTS["x"], INPUTS["y"]
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="kiln", options=OPTIONS)(a, b).double()
+    truth = fn(a.double(), b.double())
+    # A few roundings of the terms, or of the subnormal spacing 2^-149 below them.
+    bound = 3 * (2.0**-24 * terms(a.double(), b.double()) + 2.0**-149)
+    finite = truth.isfinite() & bound.isfinite()
+    assert torch.equal(got.isnan(), truth.isnan())
+    assert ((got - truth).abs() <= bound)[finite].all()
+
+
 def test_clamp():
     check(lambda x: torch.clamp(x, -1, 1), "x")
     check(lambda x: torch.clamp(x, min=0), "x")

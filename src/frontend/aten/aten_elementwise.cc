@@ -188,6 +188,97 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
     Value* positive = ctx.add("gt", {x, ctx.scalar(0, DType::I64)}, {{"wrapped_numbers", std::vector<int64_t>{1}}});
     return {ctx.add("where", {positive, x, ctx.add("mul", {ctx.tensor("weight"), x})})};
   });
+  for (const char* op : {"atan2", "hypot", "logaddexp"})
+    r.add("aten." + std::string(op) + ".default", elementwise(op, {"self", "other"}));
+  for (const char* overload : {".Tensor", ".Scalar"})
+    r.add(std::string("aten.copysign") + overload, elementwise("copysign", {"self", "other"}));
+  r.add("aten.sgn.default", unary("sign"));  // real tensors: sgn is sign
+  // celu(x, alpha) is elu(x, alpha, scale 1, input_scale 1/alpha), as PyTorch computes it.
+  r.add("aten.celu.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    const double alpha = ctx.has("alpha") ? ctx.number("alpha") : 1.0;
+    return {ctx.add("elu", {ctx.tensor("self")},
+                    {{"alpha", alpha}, {"scale", 1.0}, {"input_scale", 1 / alpha}})};
+  });
+  // F.logsigmoid: min(x, 0) - log1p(exp(-|x|)), and exp(-|x|), the buffer PyTorch's CPU kernel
+  // returns beside it for the backward.
+  r.add("aten.log_sigmoid_forward.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    Value* z = ctx.add("exp", {ctx.add("neg", {ctx.add("abs", {x})})});
+    Value* low = ctx.add("minimum", {x, ctx.scalar(0, x->type().dtype)});
+    return {ctx.add("sub", {low, ctx.add("log1p", {z})}), z};
+  });
+  // lerp: self + weight·(end − self) for |weight| < 0.5, else end − (end − self)·(1 − weight):
+  // PyTorch's two branches, each exact at its end.
+  auto lerp = [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* start = ctx.tensor("self");
+    Value* end = ctx.tensor("end");
+    Value* weight = ctx.is_tensor("weight") ? ctx.tensor("weight")
+                                            : ctx.scalar(ctx.number("weight"), start->type().dtype);
+    Value* diff = ctx.add("sub", {end, start});
+    Value* near_start = ctx.add("lt", {ctx.add("abs", {weight}), ctx.scalar(0.5, DType::F64)},
+                                {{"wrapped_numbers", std::vector<int64_t>{1}}});
+    Value* one = ctx.scalar(1, DType::I64);
+    Value* from_end = ctx.add(
+        "sub", {end, ctx.add("mul", {diff, ctx.add("sub", {one, weight},
+                                                    {{"wrapped_numbers", std::vector<int64_t>{0}}})})});
+    return {ctx.add("where", {near_start, ctx.add("add", {start, ctx.add("mul", {weight, diff})}),
+                              from_end})};
+  };
+  r.add("aten.lerp.Scalar", lerp);
+  r.add("aten.lerp.Tensor", lerp);
+  // addcmul: self + value·t1·t2; addcdiv: self + value·t1 / t2, in PyTorch's order.
+  for (const bool divide : {false, true})
+    r.add(divide ? "aten.addcdiv.default" : "aten.addcmul.default",
+          [divide](ConvertContext& ctx) -> std::vector<Value*> {
+            Value* scaled = ctx.tensor("tensor1");
+            if (!ctx.has("value") || ctx.number("value") != 1.0) {
+              Tensor value = Tensor::empty(DType::F64, {});
+              *value.data<double>() = ctx.number("value");
+              scaled = ctx.add("mul", {ctx.graph().add_constant(ctx.node_name() + "_value", value),
+                                       scaled},
+                               {{"wrapped_numbers", std::vector<int64_t>{0}}});
+            }
+            Value* term = ctx.add(divide ? "div" : "mul", {scaled, ctx.tensor("tensor2")});
+            return {ctx.add("add", {ctx.tensor("self"), term})};
+          });
+  // frac: x − trunc(x); heaviside: values where x == 0, else x > 0 as 1 or 0 (NaN gives 0).
+  r.add("aten.frac.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {ctx.add("sub", {x, ctx.add("trunc", {x})})};
+  });
+  r.add("aten.heaviside.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const DType out = ctx.output_dtype();
+    Value* zero = ctx.scalar(0, x->type().dtype);
+    return {ctx.add("where", {ctx.add("eq", {x, zero}), ctx.cast(ctx.tensor("values"), out),
+                              ctx.cast(ctx.add("gt", {x, zero}), out)})};
+  });
+  // logit(x, eps): log(z / (1 − z)) with z = x clamped to [eps, 1 − eps] when eps is given.
+  r.add("aten.logit.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* z = ctx.cast(ctx.tensor("self"), ctx.output_dtype());
+    if (ctx.has("eps"))
+      z = ctx.add("clamp", {z}, {{"min", ctx.number("eps")}, {"max", 1 - ctx.number("eps")}});
+    Value* rest = ctx.add("sub", {ctx.scalar(1, DType::I64), z},
+                          {{"wrapped_numbers", std::vector<int64_t>{0}}});
+    return {ctx.add("log", {ctx.add("div", {z, rest})})};
+  });
+  // nan_to_num: NaN, +inf and −inf replaced (by default 0 and the dtype's largest and lowest).
+  r.add("aten.nan_to_num.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const DType dtype = x->type().dtype;
+    if (!is_floating(dtype)) return {ctx.add("copy", {x})};
+    const double largest = dtype == DType::F64 ? std::numeric_limits<double>::max()
+                           : dtype == DType::F32 ? std::numeric_limits<float>::max()
+                           : dtype == DType::F16 ? 65504.0
+                                                 : 3.3895313892515355e38;  // bf16
+    auto value = [&](const char* arg, double fallback) {
+      return ctx.scalar(ctx.has(arg) ? ctx.number(arg) : fallback, dtype);
+    };
+    Value* inf = ctx.scalar(std::numeric_limits<double>::infinity(), dtype);
+    Value* y = ctx.add("where", {ctx.add("isnan", {x}), value("nan", 0), x});
+    y = ctx.add("where", {ctx.add("eq", {x, inf}), value("posinf", largest), y});
+    return {ctx.add("where", {ctx.add("eq", {x, ctx.add("neg", {inf})}), value("neginf", -largest), y})};
+  });
   r.add("aten.leaky_relu.default", unary("leaky_relu", {"negative_slope"}));
   r.add("aten.elu.default", unary("elu", {"alpha", "scale", "input_scale"}));
   r.add("aten.softplus.default", unary("softplus", {"beta", "threshold"}));
