@@ -47,6 +47,8 @@ ALIASES = {
     "nn.functional.grid_sample": "grid_sampler_2d",
     "nn.functional.prelu": "_prelu_kernel",
     "nn.functional.logsigmoid": "log_sigmoid_forward",
+    "nn.functional.max_pool3d": "max_pool3d_with_indices",
+    "nn.functional.adaptive_avg_pool3d": "_adaptive_avg_pool3d",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
@@ -101,6 +103,7 @@ SUBSET = (
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle",
     "nn.functional.channel_shuffle", "nn.functional.prelu", "var_mean", "nansum",
     "count_nonzero", "atan2", "logaddexp", "lerp", "addcmul", "nn.functional.logsigmoid",
+    "nn.functional.adaptive_avg_pool3d",
 )
 SUBSET_SAMPLES = 4
 

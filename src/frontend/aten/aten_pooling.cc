@@ -1,9 +1,96 @@
-// Pooling and batch norm → Kiln's CNN ops.
+// Pooling and batch norm → Kiln's CNN ops; 3-d pooling as two 2-d ones.
+#include <array>
+#include <functional>
+
 #include "frontend/converter.h"
 
 namespace kiln {
 
+namespace {
+
+// A window argument as (depth, height, width); ATen takes one entry for all three, and an
+// empty stride means the kernel's.
+std::array<int64_t, 3> triple(ConvertContext& ctx, const char* arg,
+                              std::array<int64_t, 3> fallback) {
+  const std::vector<int64_t> v = ctx.has(arg) ? ctx.integers(arg) : std::vector<int64_t>{};
+  if (v.empty()) return fallback;
+  if (v.size() == 1) return {v[0], v[0], v[0]};
+  if (v.size() != 3) ctx.unsupported(std::string(arg) + " with other than 1 or 3 entries");
+  return {v[0], v[1], v[2]};
+}
+
+// The static size of x's dim d, or E50001.
+int64_t static_dim(ConvertContext& ctx, Value* x, size_t d) {
+  const Dim& dim = x->type().shape[d];
+  if (!dim.is_static()) ctx.unsupported("3-d pooling with dynamic channels, depth, height or width");
+  return dim.size();
+}
+
+// A 3-d pooling of x [N, C, D, H, W] (or [C, D, H, W]) as two 2-d ones: `pool(v, axes)` over
+// (H, W) with the depth folded into the channels, then over (D, 1) with each pooled plane
+// flattened into one row. A 3-d window is the product of its axes' windows (padding, dilation
+// and ceil_mode included), so a maximum is exact and an average keeps PyTorch's divisor, the
+// product of the axes' counts, though it rounds after each of its two sums. C, D, H and W
+// static; the batch may be dynamic.
+Value* pool3d(ConvertContext& ctx, const std::function<Value*(Value*, bool depth)>& pool) {
+  Value* x = ctx.tensor("self");
+  const size_t rank = x->type().rank();
+  if (rank != 4 && rank != 5) ctx.unsupported("3-d pooling of a rank-" + std::to_string(rank) + " x");
+  const int64_t n = rank == 5 ? (x->type().shape[0].is_static() ? x->type().shape[0].size() : -1) : 1;
+  const int64_t c = static_dim(ctx, x, rank - 4), d = static_dim(ctx, x, rank - 3),
+                h = static_dim(ctx, x, rank - 2), w = static_dim(ctx, x, rank - 1);
+  Value* planes = pool(ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{n, c * d, h, w}}}), false);
+  const Shape& pooled = planes->type().shape;  // [N, C·D, OH, OW], static
+  const int64_t oh = pooled[2].size(), ow = pooled[3].size();
+  Value* rows = pool(ctx.add("reshape", {planes}, {{"shape", std::vector<int64_t>{n, c, d, oh * ow}}}), true);
+  const int64_t od = rows->type().shape[2].size();
+  std::vector<int64_t> out{c, od, oh, ow};
+  if (rank == 5) out.insert(out.begin(), n);
+  return ctx.add("reshape", {rows}, {{"shape", out}});
+}
+
+// The 2-d window attributes of pool3d's two passes: (H, W), or (D, 1) for the depth.
+AttrMap window_attrs(ConvertContext& ctx, bool depth, bool dilation) {
+  const auto kernel = triple(ctx, "kernel_size", {1, 1, 1});
+  const auto stride = triple(ctx, "stride", kernel);
+  const auto padding = triple(ctx, "padding", {0, 0, 0});
+  auto pass = [&](const std::array<int64_t, 3>& v, int64_t unit) {
+    return depth ? std::vector<int64_t>{v[0], unit} : std::vector<int64_t>{v[1], v[2]};
+  };
+  AttrMap attrs{{"kernel_size", pass(kernel, 1)}, {"stride", pass(stride, 1)},
+                {"padding", pass(padding, 0)}, {"ceil_mode", ctx.boolean("ceil_mode")}};
+  if (dilation) attrs["dilation"] = pass(triple(ctx, "dilation", {1, 1, 1}), 1);
+  return attrs;
+}
+
+}  // namespace
+
 void register_aten_pooling_converters(ConverterRegistry& r) {
+  r.add("aten.max_pool3d_with_indices.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.output_used(1)) ctx.unsupported("max_pool3d's indices (Kiln computes the values)");
+    return {pool3d(ctx, [&](Value* v, bool depth) {
+              return ctx.add("max_pool2d", {v}, window_attrs(ctx, depth, true));
+            }),
+            nullptr};
+  });
+  r.add("aten.avg_pool3d.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.has("divisor_override"))
+      ctx.unsupported("avg_pool3d with divisor_override (its two passes divide by counts)");
+    return {pool3d(ctx, [&](Value* v, bool depth) {
+      AttrMap attrs = window_attrs(ctx, depth, false);
+      attrs["count_include_pad"] = ctx.boolean("count_include_pad");
+      return ctx.add("avg_pool2d", {v}, std::move(attrs));
+    })};
+  });
+  r.add("aten._adaptive_avg_pool3d.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    const auto size = triple(ctx, "output_size", {1, 1, 1});
+    return {pool3d(ctx, [&](Value* v, bool depth) {
+      const std::vector<int64_t> out =
+          depth ? std::vector<int64_t>{size[0], v->type().shape[3].size()}
+                : std::vector<int64_t>{size[1], size[2]};
+      return ctx.add("adaptive_avg_pool2d", {v}, {{"output_size", out}});
+    })};
+  });
   // Returns (values, indices); inference graphs usually read only the values, which
   // max_pool2d computes faster.
   r.add("aten.max_pool2d_with_indices.default", [](ConvertContext& ctx) -> std::vector<Value*> {
