@@ -49,6 +49,7 @@ ALIASES = {
     "nn.functional.logsigmoid": "log_sigmoid_forward",
     "nn.functional.max_pool3d": "max_pool3d_with_indices",
     "nn.functional.adaptive_avg_pool3d": "_adaptive_avg_pool3d",
+    "nn.functional.embedding_bag": "_embedding_bag_forward_only",
     "nn.functional.layer_norm": "native_layer_norm",
     "nn.functional.group_norm": "native_group_norm",
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",

@@ -4,6 +4,7 @@ moves elements without arithmetic. fallback_to_cpu=False makes every node conver
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import kiln
 
@@ -176,3 +177,43 @@ def test_as_strided_of_a_strided_view_stays_in_pytorch():
     count, reason = report.fallback["aten.as_strided.default"]
     assert count == 1 and "dense row-major" in reason, str(report)
     assert torch.equal(torch.compile(fn, backend="kiln")(T), fn(T))
+
+
+# nn.EmbeddingBag: bags of rows summed or averaged (recommendation models' sparse features).
+BAG_WEIGHT = torch.randn(20, 6, generator=torch.Generator().manual_seed(11))
+BAG_INDICES = torch.tensor([3, 7, 7, 0, 19, 4, 4, 4, 11, 2])
+BAG_OFFSETS = torch.tensor([0, 3, 3, 8])  # bag 1 is empty
+
+
+@pytest.mark.parametrize("fn", [
+    lambda i, o: F.embedding_bag(i, BAG_WEIGHT, o, mode="sum"),
+    lambda i, o: F.embedding_bag(i, BAG_WEIGHT, o, mode="mean"),
+    lambda i, o: F.embedding_bag(i, BAG_WEIGHT, o, mode="mean", padding_idx=4),
+    lambda i, o: F.embedding_bag(i, BAG_WEIGHT, o, mode="sum", padding_idx=7),
+    lambda i, o: F.embedding_bag(i, BAG_WEIGHT, torch.cat([o, torch.tensor([10])]),
+                                 mode="mean", include_last_offset=True),
+    lambda i, o: F.embedding_bag(i.view(2, 5), BAG_WEIGHT, mode="mean"),
+    lambda i, o: torch.nn.EmbeddingBag.from_pretrained(BAG_WEIGHT, mode="sum")(i.int(), o.int()),
+], ids=["sum", "mean", "mean_padding_idx", "sum_padding_idx", "include_last_offset", "2d_bags",
+        "int32_module"])
+def test_embedding_bag_matches_eager_bit_for_bit(fn):
+    """Each bag sums its rows in the indices' order, as PyTorch does; an empty bag is 0."""
+    expected = fn(BAG_INDICES, BAG_OFFSETS)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS)(BAG_INDICES, BAG_OFFSETS)
+    assert torch.equal(got, expected)
+
+
+def test_embedding_bag_per_sample_weights_and_max():
+    """Eager's fbgemm kernel fuses the weight into an FMA: one rounding of each term apart.
+    max stays in PyTorch."""
+    weights = torch.rand(10, generator=torch.Generator().manual_seed(12))
+    fn = lambda i, o, s: F.embedding_bag(i, BAG_WEIGHT, o, per_sample_weights=s,  # noqa: E731
+                                         mode="sum")
+    got = torch.compile(fn, backend="kiln", options=OPTIONS)(BAG_INDICES, BAG_OFFSETS, weights)
+    terms = F.embedding_bag(BAG_INDICES, BAG_WEIGHT.abs(), BAG_OFFSETS, mode="sum",
+                            per_sample_weights=weights)
+    expected = fn(BAG_INDICES, BAG_OFFSETS, weights)
+    assert ((got - expected).abs() <= 4 * 2.0**-24 * terms).all()
+    report = kiln.explain(lambda i, o: F.embedding_bag(i, BAG_WEIGHT, o, mode="max") * 2,
+                          BAG_INDICES, BAG_OFFSETS)
+    assert "max mode" in report.fallback["aten._embedding_bag_forward_only.default"][1]

@@ -123,6 +123,68 @@ std::vector<Value*> index_along_dim(ConvertContext& ctx, bool accumulate) {
 
 bool is_mask(DType dtype) { return dtype == DType::Bool || dtype == DType::U8; }
 
+// nn.EmbeddingBag (recommendation models' sparse features), modes sum (0) and mean (1): the
+// rows of weight at 1-D indices, bags starting at offsets. Each index's bag is the running
+// count of bag starts up to it (offsets marked by an accumulating index_put, then cumsum), and
+// the rows, scaled by per_sample_weights, are added into their bags by an index_put in the
+// indices' order, as PyTorch sums each bag. A mean divides by the bag's size, at least 1 (an
+// empty bag is 0). Rows at padding_idx count for nothing. max (2) stays in PyTorch; of the four
+// outputs only the bags are computed (the others feed the backward).
+std::vector<Value*> embedding_bag(ConvertContext& ctx) {
+  const int64_t mode = ctx.integer("mode");
+  if (mode != 0 && mode != 1) ctx.unsupported("embedding_bag's max mode");
+  for (size_t i = 1; i < 4; ++i)
+    if (ctx.output_used(i)) ctx.unsupported("embedding_bag's offset2bag, bag_size or max_indices");
+  Value* weight = ctx.tensor("weight");
+  Value* indices = ctx.tensor("indices");
+  Value* offsets = ctx.tensor("offsets");
+  if (indices->type().rank() != 1 || offsets->type().rank() != 1)
+    ctx.unsupported("embedding_bag with indices or offsets of rank other than 1");
+  const Dim count = indices->type().shape[0], starts = offsets->type().shape[0];
+  if (!count.is_static() || !starts.is_static())
+    ctx.unsupported("embedding_bag with a dynamic number of indices or bags");
+  const int64_t n = count.size();
+  const int64_t bags = starts.size() - (ctx.boolean("include_last_offset") ? 1 : 0);
+  if (bags < 1) ctx.unsupported("embedding_bag without bags");
+  auto i64_zeros = [&](int64_t size) {
+    return ctx.add("zeros", {}, {{"size", std::vector<int64_t>{size}}, {"dtype", std::string("i64")}});
+  };
+  auto slice = [&](Value* v, int64_t start, int64_t end) {
+    return ctx.add("slice", {v}, {{"dim", int64_t{0}}, {"start", start}, {"end", end},
+                                  {"step", int64_t{1}}});
+  };
+  // marks[offsets[b]] += 1 for b >= 1 (bag 0 starts at 0); n + 1 slots take an empty last bag.
+  Value* starts_after_first = ctx.cast(slice(offsets, 1, bags), DType::I64);
+  Value* marks = ctx.add("index_put",
+                         {i64_zeros(n + 1), ctx.add("ones_like", {starts_after_first}), starts_after_first},
+                         {{"accumulate", true}});
+  Value* bag_of = ctx.add("cumsum", {slice(marks, 0, n)}, {{"dim", int64_t{0}}});
+  Value* rows = ctx.add("embedding", {weight, indices});
+  Value* per_row = ctx.optional_tensor("per_sample_weights");
+  const int64_t padding = ctx.integer("padding_idx");
+  Value* kept = nullptr;
+  if (padding >= 0) {
+    kept = ctx.add("ne", {indices, ctx.scalar(static_cast<double>(padding), indices->type().dtype)});
+    Value* zero = ctx.scalar(0, weight->type().dtype);
+    per_row = per_row ? ctx.add("where", {kept, per_row, zero})
+                      : ctx.add("where", {kept, ctx.scalar(1, weight->type().dtype), zero});
+  }
+  if (per_row) rows = ctx.add("mul", {rows, ctx.add("unsqueeze", {per_row}, {{"dim", int64_t{1}}})});
+  const Dim width = weight->type().shape[1];
+  if (!width.is_static()) ctx.unsupported("embedding_bag of a weight with dynamic width");
+  Value* sums = ctx.add("index_put",
+                        {ctx.add("zeros", {}, {{"size", std::vector<int64_t>{bags, width.size()}},
+                                               {"dtype", std::string(dtype_name(weight->type().dtype))}}),
+                         rows, bag_of},
+                        {{"accumulate", true}});
+  if (mode == 0) return {sums, nullptr, nullptr, nullptr};
+  Value* ones = kept ? ctx.cast(kept, DType::I64) : ctx.add("ones_like", {indices}, {{"dtype", std::string("i64")}});
+  Value* sizes = ctx.add("index_put", {i64_zeros(bags), ones, bag_of}, {{"accumulate", true}});
+  Value* divisors = ctx.add("maximum", {sizes, ctx.scalar(1, DType::I64)});
+  return {ctx.add("div", {sums, ctx.add("unsqueeze", {divisors}, {{"dim", int64_t{1}}})}), nullptr,
+          nullptr, nullptr};
+}
+
 // x.masked_scatter(mask, source) (LLaVA-style VLMs place the image features at the prompt's
 // image tokens): the k-th true element of mask, broadcast to x in row-major order, takes
 // source's k-th element. Each element's rank among the true ones is the running count of the
@@ -263,6 +325,8 @@ void register_aten_index_converters(ConverterRegistry& r) {
     return {slice_scatter(ctx, x, ctx.tensor("src"), ctx.dim("dim", x->type().rank()),
                           optional("start"), optional("end"), ctx.integer("step"))};
   });
+  r.add("aten._embedding_bag_forward_only.default", embedding_bag);
+  r.add("aten._embedding_bag.default", embedding_bag);
   r.add("aten.masked_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {masked_scatter(ctx)};
   });
