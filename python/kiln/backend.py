@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+import sys
 from typing import Any, Callable
 
 import sympy
@@ -50,6 +51,15 @@ class _KilnSupport(OperatorSupportBase):
 # Compiled variants a partition keeps, one per set of frozen tensors it was called with: a
 # transformer's layers, each passing its own weights to one FX graph, take one each.
 _MAX_VARIANTS = 64
+
+
+def _held_only_here(tensors: list[torch.Tensor]) -> bool:
+    """Whether some tensor of a variant's list is referenced by that list alone (counted here:
+    the list, the loop variable and getrefcount's argument)."""
+    for t in tensors:
+        if sys.getrefcount(t) <= 3:
+            return True
+    return False
 
 
 class KilnSubgraph(torch.nn.Module):
@@ -97,6 +107,10 @@ class KilnSubgraph(torch.nn.Module):
                              for p, t in zip(positions, tensors)}
                 graph = _C.import_fx(self.graph_json, constants)
             variant = (list(tensors), versions, _C.compile(graph, **self.options))
+        # A variant whose weights only it still holds (a parameter replaced by another, say by
+        # load_state_dict(assign=True)) can never be called again: dropped, with its memory.
+        for stale in [k for k, v in self._variants.items() if _held_only_here(v[0])]:
+            del self._variants[stale]
         self._variants[key] = variant
         if len(self._variants) > _MAX_VARIANTS:
             self._variants.popitem(last=False)

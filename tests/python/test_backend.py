@@ -6,6 +6,7 @@ order, neither is exact), so a wrong kernel or converter can't pass.
 """
 
 import copy
+import gc
 
 import pytest
 import torch
@@ -167,6 +168,16 @@ def test_layers_sharing_a_graph_keep_a_compiled_variant_each(monkeypatch):
         layers[2].lin.weight.mul_(-1)  # that variant alone is compiled again
         torch.testing.assert_close(compiled(x), layers(x))
         assert len(compiles) == 5
+        # A weight replaced by another leaves its old variant unreachable: it is dropped.
+        layers[1].lin.weight = nn.Parameter(torch.randn(8, 8))
+        torch.testing.assert_close(compiled(x), layers(x))
+        assert len(compiles) == 6
+    # The partition serving the layers: one variant per layer's current weights, none for the
+    # replaced one.
+    weights = {id(layer.lin.weight) for layer in layers}
+    serving = [o for o in gc.get_objects() if type(o) is kiln.backend.KilnSubgraph
+               and any(id(t) in weights for v in o._variants.values() for t in v[0])]
+    assert len(serving) == 1 and len(serving[0]._variants) == 4
 
 
 def test_tensors_the_call_passes_are_never_frozen():
