@@ -36,6 +36,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/normalization_avx2.h"
+#include "kernels/cpu/any_all.h"
 #include "kernels/cpu/parallel_chunks.h"
 #include "kernels/cpu/reduction_avx2.h"
 #include "kernels/cpu/scan.h"
@@ -328,6 +329,7 @@ struct ArgExtremum {
 template <bool kAny>
 struct Logical {
   static constexpr unsigned kDTypes = kAll;
+  static constexpr bool kAnyOf = kAny;  // for bits_kernel
   static constexpr bool kNeedsElements = false;
   template <typename T> using Out = std::conditional_t<std::is_same_v<T, uint8_t>, uint8_t, bool>;
   template <typename T, typename Each>
@@ -544,6 +546,7 @@ struct ReductionOp {
   ReferenceFn reference;
   std::optional<bool> arg_max;  // argmax and max_dim (true), argmin and min_dim (false)
   bool low_precision_in_f32;    // f16 and bf16 computed in f32 between casts (not prod)
+  std::optional<bool> any_of;   // any (true) and all (false)
 };
 
 // The ops with a vector kernel take bf16 too, in fold_bf16_casts_into_widening_kernels' form (the
@@ -571,7 +574,11 @@ ReductionOp reduction(std::string_view name, DimStyle style = DimStyle::List,
             if constexpr (requires { Policy::kArgMax; }) return Policy::kArgMax;
             else return std::nullopt;
           }(),
-          kInF32};
+          kInF32,
+          []() -> std::optional<bool> {
+            if constexpr (requires { Policy::kAnyOf; }) return Policy::kAnyOf;
+            else return std::nullopt;
+          }()};
 }
 
 const std::vector<ReductionOp>& reduction_ops() {
@@ -703,6 +710,30 @@ KernelDef arg_extremum_kernel(const ReductionOp& op) {
       }};
 }
 
+// any and all of every dtype over one block of adjacent dims: the bits under the dtype's value
+// mask decide (cpu::any_all).
+KernelDef bits_kernel(const ReductionOp& op) {
+  return KernelDef{
+      "bits", "native",
+      [&op](const KernelSpec& spec) -> std::string {
+        if (!plan_of(spec, op).extents)
+          return "the reduced dims of " + shape_string(spec.input_sizes(0)) +
+                 " are not one block of adjacent dims (the reference kernel walks any)";
+        return "";
+      },
+      [&op](const KernelSpec& spec) {
+        const DType dtype = spec.inputs[0].dtype;
+        const int bytes = static_cast<int>(dtype_size(dtype));
+        uint64_t value_bits = bytes == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * bytes)) - 1;
+        if (is_floating(dtype)) value_bits >>= 1;  // all but the sign
+        return make_kernel([any = *op.any_of, bytes, value_bits, e = *plan_of(spec, op).extents,
+                            threads = spec.threads](std::span<const void* const> in,
+                                                    std::span<void* const> out) {
+          cpu::any_all(any, in[0], bytes, value_bits, e, static_cast<uint8_t*>(out[0]), threads);
+        });
+      }};
+}
+
 void register_reduction(OpRegistry& registry, const ReductionOp& op) {
   OpDef def;
   def.name = std::string(op.name);
@@ -721,6 +752,7 @@ void register_reduction(OpRegistry& registry, const ReductionOp& op) {
         [&op](const KernelSpec& spec) { return params_of(spec, op).correction; }));
   if (op.arg_max) def.kernels.push_back(arg_extremum_kernel(op));
 #endif
+  if (op.any_of) def.kernels.push_back(bits_kernel(op));
   def.kernels.push_back(reference_kernel([&op](const KernelSpec& spec) {
     return widening_bf16(spec, [&op](const KernelSpec& spec) {
       return op.reference(spec, plan_of(spec, op), params_of(spec, op));

@@ -4,6 +4,7 @@
 // docs/ops.md, and every op through the executor.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -757,6 +758,54 @@ TEST(OpsReduction, Avx2ArgExtremaAreTheReferences) {
 // the same bits. f32 rows of magnitudes 1e-10 to 1e10 (so that each rounding to f32 matters),
 // NaN and infinities, 1 to 17 rows (8 at a time, then one by one) of every length around the
 // 8-column blocks; columns of every dtype in blocks of 512 and a partial last one.
+// any and all by bits: every dtype the op keeps (f16 and bf16 arrive as f32, exactly), rows and
+// columns, early decisions and empty reductions, with -0, NaN and subnormals among the floats
+// (which the sign mask must read as zero and nonzero).
+TEST(OpsReduction, AnyAllBitsKernelIsTheReference) {
+  std::mt19937 rng(31);
+  int runs = 0;
+  for (DType dtype : {DType::F32, DType::F64, DType::I64, DType::I32, DType::I16, DType::I8,
+                      DType::U8, DType::Bool}) {
+    for (const Sizes& sizes : {Sizes{7, 300}, Sizes{3, 513, 5}, Sizes{2, 0, 3}, Sizes{1, 1},
+                               Sizes{600}, Sizes{4, 9, 70}}) {
+      // Mostly zeros (so all is false and any depends on the few nonzeros), or no zeros.
+      for (int density : {0, 1, 100}) {
+        Tensor x = Tensor::zeros(dtype, sizes);
+        const int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+        auto* raw = static_cast<uint8_t*>(x.data());
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          if (static_cast<int>(rng() % 100) >= density) {
+            // A zero, or -0 for floats (sign bit only).
+            if (is_floating(dtype) && rng() % 2) raw[i * bytes + bytes - 1] = 0x80;
+            continue;
+          }
+          // A nonzero value: random bits with a bit below the sign set (a NaN, an infinity or a
+          // subnormal for floats), 1 for bool.
+          for (int64_t b = 0; b < bytes; ++b) raw[i * bytes + b] = static_cast<uint8_t>(rng());
+          raw[i * bytes] |= 1;
+          if (dtype == DType::Bool) raw[i] = 1;
+        }
+        for (const char* op : {"any", "all"})
+          for (const std::vector<int64_t>& dims : {std::vector<int64_t>{-1}, std::vector<int64_t>{0},
+                                                   std::vector<int64_t>{}})
+            for (int threads : {1, 2}) {
+              if (dims.size() == 1 && dims[0] == 0 && sizes.size() < 2) continue;
+              SCOPED_TRACE(std::string(op) + " " + std::string(dtype_name(dtype)) + " " +
+                           shape_string(sizes) + " density " + std::to_string(density) + " dims " +
+                           std::to_string(dims.size()) + " threads " + std::to_string(threads));
+              const AttrMap attrs{{"dim", dims}};
+              const Tensor expected = run(op, x, attrs)[0];
+              const Tensor got = run(op, x, attrs, "bits", threads)[0];
+              ASSERT_EQ(got.sizes(), expected.sizes());
+              EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.nbytes()), 0);
+              ++runs;
+            }
+      }
+    }
+  }
+  EXPECT_GT(runs, 1000);
+}
+
 TEST(OpsReduction, CumsumKernelsAreTheReference) {
   std::mt19937 rng(31);
   auto spread = [&](Tensor t) {
