@@ -122,3 +122,19 @@ def test_max_pool3d_indices_stay_in_pytorch():
     x = torch.randn(1, 2, 4, 4, 4)
     report = kiln.explain(lambda t: F.max_pool3d(t, 2, return_indices=True)[1] * 2, x)
     assert "indices" in report.fallback["aten.max_pool3d_with_indices.default"][1], str(report)
+
+
+@pytest.mark.parametrize("size", [1, (2, 4), (3, 2)])
+def test_adaptive_max_pool2d_with_dividing_outputs(size):
+    """Global max pooling and the like: max_pool2d with kernel = stride = in / out."""
+    x = hard_input((2, 3, 6, 8), torch.float32)
+    fn = lambda x: F.adaptive_max_pool2d(x, size)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert torch.equal(got.nan_to_num(7.0), fn(x).nan_to_num(7.0))
+    assert torch.equal(got.isnan(), fn(x).isnan())
+
+
+def test_adaptive_max_pool2d_of_unequal_windows_stays_in_pytorch():
+    x = torch.randn(1, 2, 6, 8)
+    report = kiln.explain(lambda t: F.adaptive_max_pool2d(t, (4, 3)) * 2, x)
+    assert "windows differ" in report.fallback["aten.adaptive_max_pool2d.default"][1]

@@ -103,6 +103,25 @@ void register_aten_pooling_converters(ConverterRegistry& r) {
     if (!ctx.output_used(1)) return {ctx.add("max_pool2d", {x}, attrs), nullptr};
     return ctx.graph().add_node("max_pool2d_with_indices", {x}, attrs, ctx.node_name());
   });
+  // adaptive_max_pool2d whose output divides the input (global max pooling, fastai's concat
+  // pooling): PyTorch's adaptive windows are then max_pool2d's with kernel = stride = in / out.
+  r.add("aten.adaptive_max_pool2d.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.output_used(1)) ctx.unsupported("adaptive_max_pool2d's indices (Kiln computes the values)");
+    Value* x = ctx.tensor("self");
+    const size_t rank = x->type().rank();
+    if (rank != 3 && rank != 4) ctx.unsupported("adaptive_max_pool2d of a rank-" + std::to_string(rank) + " x");
+    const std::vector<int64_t> out = ctx.integers("output_size");
+    if (out.size() != 2) ctx.unsupported("output_size other than [h, w]");
+    std::vector<int64_t> window;
+    for (size_t d = 0; d < 2; ++d) {
+      const Dim& in = x->type().shape[rank - 2 + d];
+      if (!in.is_static() || out[d] < 1 || in.size() % out[d] != 0)
+        ctx.unsupported("adaptive_max_pool2d whose output doesn't divide a static input "
+                        "(its windows differ in size)");
+      window.push_back(in.size() / out[d]);
+    }
+    return {ctx.add("max_pool2d", {x}, {{"kernel_size", window}, {"stride", window}}), nullptr};
+  });
   r.add("aten.avg_pool2d.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("avg_pool2d", {ctx.tensor("self")},
                     {{"kernel_size", ctx.integers("kernel_size")},
