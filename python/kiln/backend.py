@@ -107,10 +107,12 @@ class KilnSubgraph(torch.nn.Module):
                              for p, t in zip(positions, tensors)}
                 graph = _C.import_fx(self.graph_json, constants)
             variant = (list(tensors), versions, _C.compile(graph, **self.options))
-        # A variant whose weights only it still holds (a parameter replaced by another, say by
-        # load_state_dict(assign=True)) can never be called again: dropped, with its memory.
-        for stale in [k for k, v in self._variants.items() if _held_only_here(v[0])]:
-            del self._variants[stale]
+            # A variant whose weights only it still holds (a parameter replaced by another, say
+            # by load_state_dict(assign=True)) can never be called again: dropped, with its
+            # memory. Checked when a variant is compiled, which a replacement causes, not on
+            # every switch between layers.
+            for stale in [k for k, v in self._variants.items() if _held_only_here(v[0])]:
+                del self._variants[stale]
         self._variants[key] = variant
         if len(self._variants) > _MAX_VARIANTS:
             self._variants.popitem(last=False)
