@@ -26,6 +26,7 @@
 // adjacent dims ([outer, n, inner]).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -75,6 +76,8 @@ R visit_dtype(DType dtype, const Fn& fn) {
     case DType::I8: r = take(int8_t{}); break;
     case DType::U8: r = take(uint8_t{}); break;
     case DType::Bool: r = take(bool{}); break;
+    case DType::F16: r = take(cpu::Float16{}); break;
+    case DType::BF16: r = take(cpu::BFloat16{}); break;
     default: break;
   }
   KILN_ASSERT(r.has_value(), "no reduction kernel for " << dtype_name(dtype));
@@ -447,18 +450,86 @@ struct LogSoftmax {
   }
 };
 
-struct Cumsum {
-  static constexpr unsigned kDTypes = kAll;
-  template <typename T> using Out = SumOut<T>;
+// The running folds (cumsum, cumprod, logcumsumexp): Step's accumulator starts at Step::kInit,
+// takes each element in the line's order and is written, rounded to Out, at every element: the
+// arithmetic of PyTorch's CPU kernels (an f64 accumulator for f32 and f64, an f32 one for f16 and
+// bf16, which the folds take as they are), so the same bits.
+constexpr unsigned kHalfFloats = bit(DType::F16) | bit(DType::BF16);
+
+template <typename T>
+using FoldAccumulator = std::conditional_t<cpu::kIsHalfFloat<T>, float, SumAccumulator<T>>;
+template <typename T>
+using FoldOut = std::conditional_t<cpu::kIsHalfFloat<T>, T, SumOut<T>>;
+
+// Sums and products: from the operation's identity.
+template <typename Operation, int kIdentity>
+struct ArithmeticStep {
+  static constexpr unsigned kDTypes = kAll | kHalfFloats;
+  template <typename T> using Out = FoldOut<T>;
+  template <typename T> using Acc = FoldAccumulator<T>;
+  static constexpr double kInit = kIdentity;
+  template <typename A>
+  static A apply(A acc, A v) { return Operation{}(acc, v); }
+};
+using SumStep = ArithmeticStep<std::plus<>, 0>;
+using ProdStep = ArithmeticStep<std::multiplies<>, 1>;
+
+// log(exp(acc) + exp(v)) without overflow; a NaN stays, and equal infinities stay themselves
+// (inf - inf would make a NaN).
+struct LogAddExpStep {
+  static constexpr unsigned kDTypes = kFloats | kHalfFloats;
+  template <typename T> using Out = T;
+  template <typename T> using Acc = FoldAccumulator<T>;
+  static constexpr double kInit = -std::numeric_limits<double>::infinity();
+  template <typename A>
+  static A apply(A acc, A v) {
+    const A low = std::isnan(acc) ? acc : std::min(v, acc);
+    const A high = std::isnan(acc) ? acc : std::max(v, acc);
+    if (low != high || std::isfinite(low)) return std::log1p(std::exp(low - high)) + high;
+    return v;
+  }
+};
+
+template <typename Step>
+struct Scan {
+  static constexpr unsigned kDTypes = Step::kDTypes;
+  template <typename T> using Out = typename Step::template Out<T>;
   using Scratch = NoScratch;
   template <typename T>
   static void line(const T* x, int64_t n, int64_t stride, std::span<void* const> out,
                    int64_t offset, const LineParams&, Scratch&) {
+    using Acc = typename Step::template Acc<T>;
     Out<T>* y = static_cast<Out<T>*>(out[0]) + offset;
-    SumAccumulator<T> acc = 0;
+    Acc acc = static_cast<Acc>(Step::kInit);
     for (int64_t k = 0; k < n; ++k) {
-      acc += static_cast<SumAccumulator<T>>(x[k * stride]);
-      y[k * stride] = static_cast<Out<T>>(acc);
+      acc = Step::apply(acc, cpu::widen_to<Acc>(x[k * stride]));
+      y[k * stride] = cpu::narrow_to<Out<T>>(acc);
+    }
+  }
+};
+
+// cummax and cummin: (values, i64 indices) of the extreme so far. As PyTorch: a tie moves the
+// index to the later element, and a NaN, once seen, stays, its index moving to each later NaN.
+template <bool kMax>
+struct CumExtremum {
+  static constexpr unsigned kDTypes = kAll;
+  template <typename T> using Out = std::pair<T, int64_t>;
+  using Scratch = NoScratch;
+  template <typename T>
+  static void line(const T* x, int64_t n, int64_t stride, std::span<void* const> out,
+                   int64_t offset, const LineParams&, Scratch&) {
+    T* values = static_cast<T*>(out[0]) + offset;
+    int64_t* indices = static_cast<int64_t*>(out[1]) + offset;
+    T best = n > 0 ? x[0] : T{};
+    int64_t at = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const T v = x[k * stride];
+      if (is_nan(v) || (!is_nan(best) && (kMax ? v >= best : v <= best))) {
+        best = v;
+        at = k;
+      }
+      values[k * stride] = best;
+      indices[k * stride] = at;
     }
   }
 };
@@ -777,10 +848,13 @@ void infer_log_softmax(InferContext& ctx) {
   ctx.set_output(0, ctx.input(0));
 }
 
-void infer_cumsum(InferContext& ctx) {
-  infer_line_dim(ctx, Cumsum::kDTypes);
+template <typename Policy>
+void infer_scan(InferContext& ctx) {
+  infer_line_dim(ctx, Policy::kDTypes);
   const TensorType& x = ctx.input(0);
-  ctx.set_output(0, TensorType{output_dtypes<Cumsum>(x.dtype)[0], x.shape, x.layout});
+  const std::vector<DType> types = output_dtypes<Policy>(x.dtype);
+  for (size_t i = 0; i < types.size(); ++i)
+    ctx.set_output(i, TensorType{types[i], x.shape, x.layout});
 }
 
 void infer_topk(InferContext& ctx) {
@@ -833,6 +907,77 @@ std::unique_ptr<KernelInstance> topk_select_kernel(const KernelSpec& spec) {
       }
     });
   });
+}
+
+cpu::ReduceExtents scan_extents(const KernelSpec& spec) {
+  const std::vector<int64_t> sizes = spec.input_sizes(0);
+  return line_extents(sizes, resolve_dim(spec.node.attr_int("dim"), sizes.size()));
+}
+
+template <typename Policy>
+struct ScanStep {};
+template <typename Step>
+struct ScanStep<Scan<Step>> {
+  using type = Step;
+};
+
+// A scan op: its native kernels, then the reference. The folds (Scan<Step>) walk the columns of
+// a dim that isn't the last in blocks, reading along rows; cumsum of f32 rows has its AVX2 kernel.
+template <typename Policy>
+void register_scan(OpRegistry& registry, const char* name) {
+  OpDef def;
+  def.name = name;
+  def.inputs = {{"x"}};
+  def.num_outputs = static_cast<int>(output_dtypes<Policy>(DType::F32).size());
+  def.attrs = {{"dim", int64_t{0}, true}};
+  def.infer = infer_scan<Policy>;
+  // The folds take f16 and bf16 as they are (an f32 accumulator, as PyTorch's); cummax and cummin
+  // are exact through f32.
+  def.computes_low_precision_in_f32 = (Policy::kDTypes & kHalfFloats) == 0;
+#ifdef KILN_X86
+  if constexpr (std::is_same_v<Policy, Scan<SumStep>>)
+    def.kernels.push_back(
+        {"avx2", "native",
+         [](const KernelSpec& spec) {
+           std::string reason = cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
+           if (reason.empty() && scan_extents(spec).inner != 1)
+             reason = "cumsum along a dim that isn't the last: the columns kernel takes it";
+           return reason;
+         },
+         [](const KernelSpec& spec) {
+           return make_kernel([e = scan_extents(spec), threads = spec.threads](
+                                  std::span<const void* const> in, std::span<void* const> out) {
+             cpu::avx2::cumsum_rows(static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
+                                    e.outer, e.n, threads);
+           });
+         }});
+#endif
+  if constexpr (requires { typename ScanStep<Policy>::type; }) {
+    using Step = typename ScanStep<Policy>::type;
+    def.kernels.push_back(
+        {"columns", "native",
+         [](const KernelSpec& spec) -> std::string {
+           if (scan_extents(spec).inner == 1) return "along the last dim: no columns";
+           return "";
+         },
+         [](const KernelSpec& spec) {
+           using Made = std::unique_ptr<KernelInstance>;
+           return visit_dtype<Step::kDTypes, Made>(spec.inputs[0].dtype, [&](auto t) -> Made {
+             using T = decltype(t);
+             using Acc = typename Step::template Acc<T>;
+             using Out = typename Step::template Out<T>;
+             return make_kernel([e = scan_extents(spec), threads = spec.threads](
+                                    std::span<const void* const> in, std::span<void* const> out) {
+               cpu::scan_columns<T, Acc>(static_cast<const T*>(in[0]), static_cast<Out*>(out[0]),
+                                         e, static_cast<Acc>(Step::kInit), threads,
+                                         [](Acc acc, Acc v) { return Step::apply(acc, v); });
+             });
+           });
+         }});
+  }
+  def.kernels.push_back(reference_kernel(
+      [](const KernelSpec& spec) { return line_reference<Policy>(spec, {}); }));
+  registry.add(std::move(def));
 }
 
 void register_line_ops(OpRegistry& registry) {
@@ -888,54 +1033,11 @@ void register_line_ops(OpRegistry& registry) {
       }));
   registry.add(std::move(log_softmax));
 
-  OpDef cumsum;
-  cumsum.name = "cumsum";
-  cumsum.inputs = {{"x"}};
-  cumsum.attrs = {{"dim", int64_t{0}, true}};
-  cumsum.infer = infer_cumsum;
-  cumsum.computes_low_precision_in_f32 = true;
-  auto cumsum_extents = [](const KernelSpec& spec) {
-    const std::vector<int64_t> sizes = spec.input_sizes(0);
-    return line_extents(sizes, resolve_dim(spec.node.attr_int("dim"), sizes.size()));
-  };
-#ifdef KILN_X86
-  cumsum.kernels.push_back(
-      {"avx2", "native",
-       [cumsum_extents](const KernelSpec& spec) {
-         std::string reason = cpu::avx2_f32_unsupported_reason(spec.inputs[0].dtype);
-         if (reason.empty() && cumsum_extents(spec).inner != 1)
-           reason = "cumsum along a dim that isn't the last: the columns kernel takes it";
-         return reason;
-       },
-       [cumsum_extents](const KernelSpec& spec) {
-         return make_kernel([e = cumsum_extents(spec), threads = spec.threads](
-                                std::span<const void* const> in, std::span<void* const> out) {
-           cpu::avx2::cumsum_rows(static_cast<const float*>(in[0]), static_cast<float*>(out[0]),
-                                  e.outer, e.n, threads);
-         });
-       }});
-#endif
-  cumsum.kernels.push_back(
-      {"columns", "native",
-       [cumsum_extents](const KernelSpec& spec) -> std::string {
-         if (cumsum_extents(spec).inner == 1) return "cumsum along the last dim: no columns";
-         return "";
-       },
-       [cumsum_extents](const KernelSpec& spec) {
-         using Made = std::unique_ptr<KernelInstance>;
-         return visit_dtype<Cumsum::kDTypes, Made>(spec.inputs[0].dtype, [&](auto t) -> Made {
-           using T = decltype(t);
-           return make_kernel([e = cumsum_extents(spec), threads = spec.threads](
-                                  std::span<const void* const> in, std::span<void* const> out) {
-             cpu::cumsum_columns<T, SumAccumulator<T>>(static_cast<const T*>(in[0]),
-                                                       static_cast<SumOut<T>*>(out[0]), e,
-                                                       threads);
-           });
-         });
-       }});
-  cumsum.kernels.push_back(reference_kernel(
-      [](const KernelSpec& spec) { return line_reference<Cumsum>(spec, {}); }));
-  registry.add(std::move(cumsum));
+  register_scan<Scan<SumStep>>(registry, "cumsum");
+  register_scan<Scan<ProdStep>>(registry, "cumprod");
+  register_scan<Scan<LogAddExpStep>>(registry, "logcumsumexp");
+  register_scan<CumExtremum<true>>(registry, "cummax");
+  register_scan<CumExtremum<false>>(registry, "cummin");
 
   OpDef topk;
   topk.name = "topk";

@@ -111,6 +111,11 @@ TEST(OpsReduction, InferenceKeepsSymbolicDims) {
             type(DType::I64, {batch, Dim(4), Dim(8)}));
   EXPECT_EQ(g.add("log_softmax", {x}, one_dim(0))->type(), x->type());
   EXPECT_EQ(g.add("cumsum", {x}, one_dim(-2))->type(), x->type());
+  EXPECT_EQ(g.add("logcumsumexp", {x}, one_dim(0))->type(), x->type());
+  std::vector<Value*> cummax = g.add_node("cummax", {x}, one_dim(2));
+  ASSERT_EQ(cummax.size(), 2u);
+  EXPECT_EQ(cummax[0]->type(), x->type());
+  EXPECT_EQ(cummax[1]->type(), type(DType::I64, {batch, Dim(4), Dim(8)}));
   EXPECT_EQ(g.add("std", {x}, {{"dim", Ints{1}}, {"correction", int64_t{0}}})->type(),
             type(DType::F32, {batch, Dim(8)}));
   g.set_outputs({g.add("logsumexp", {x}, dims({0}))});
@@ -124,6 +129,9 @@ TEST(OpsReduction, InferenceFollowsPyTorchDTypes) {
     EXPECT_EQ(output_type("sum", x).dtype, DType::I64);
     EXPECT_EQ(output_type("prod", x).dtype, DType::I64);
     EXPECT_EQ(output_type("cumsum", x, one_dim(0)).dtype, DType::I64);
+    EXPECT_EQ(output_type("cumprod", x, one_dim(0)).dtype, DType::I64);
+    EXPECT_EQ(output_type("cummin", x, one_dim(0)).dtype, d);
+    EXPECT_EQ(output_type("cummax", x, one_dim(0), 1).dtype, DType::I64);
     EXPECT_EQ(output_type("amax", x).dtype, d);
     EXPECT_EQ(output_type("min", x).dtype, d);
     EXPECT_EQ(output_type("any", x).dtype, d == DType::U8 ? DType::U8 : DType::Bool);
@@ -155,6 +163,9 @@ TEST(OpsReduction, InferenceRejectsBadDimsAndDTypes) {
     EXPECT_MENTIONS(inference_error(op, type_of(DType::I64, {2}), {}), "insert a cast");
   EXPECT_MENTIONS(inference_error("log_softmax", type_of(DType::I64, {2}), one_dim(0)),
                   "insert a cast");
+  EXPECT_MENTIONS(inference_error("logcumsumexp", type_of(DType::I64, {2}), one_dim(0)),
+                  "not i64; insert a cast");
+  EXPECT_MENTIONS(inference_error("cummax", x, one_dim(3)), "use [-3, 2]");
   EXPECT_MENTIONS(inference_error("argmax", type_of(DType::Bool, {2}), {}), "not bool");
   EXPECT_MENTIONS(inference_error("topk", type_of(DType::Bool, {2}), {{"k", int64_t{1}}}),
                   "not bool");
@@ -337,6 +348,8 @@ TEST(OpsReduction, ReferenceEmptyReductionsGiveIdentities) {
   expect_values<bool>(run("all", x, dims({0}))[0], DType::Bool, {3}, {true, true, true});
   expect_floats(run("amax", x, dims({1}))[0], {0}, {});
   expect_floats(run("cumsum", x, one_dim(0))[0], {0, 3}, {});
+  for (const char* op : {"cumprod", "logcumsumexp", "cummax", "cummin"})
+    expect_floats(run(op, x, one_dim(0))[0], {0, 3}, {});
   std::vector<Tensor> none = run("topk", test::tensor_of({2, 3}, {1, 2, 3, 4, 5, 6}),
                                  {{"k", int64_t{0}}});
   expect_floats(none[0], {2, 0}, {});
@@ -347,6 +360,32 @@ TEST(OpsReduction, ReferenceOpsAlongOneDim) {
   const Tensor x = test::tensor_of({2, 2}, {1, 2, 3, 4});
   expect_floats(run("cumsum", x, one_dim(0))[0], {2, 2}, {1, 2, 4, 6});
   expect_floats(run("cumsum", x, one_dim(-1))[0], {2, 2}, {1, 3, 3, 7});
+  expect_floats(run("cumprod", x, one_dim(0))[0], {2, 2}, {1, 2, 3, 8});
+  expect_floats(run("cumprod", x, one_dim(1))[0], {2, 2}, {1, 2, 3, 12});
+  expect_values<int64_t>(
+      run("cumprod", typed<int8_t>(DType::I8, {3}, {-128, 2, 100}), one_dim(0))[0], DType::I64,
+      {3}, {-128, -256, -25600});
+  // log(e + e^2) = 2 + log1p(1/e); log(e + e^2 + e^3) = 3 + log1p(1/e + 1/e^2).
+  expect_floats(run("logcumsumexp", test::tensor_of({3}, {1, 2, 3}), one_dim(0))[0], {3},
+                {1, 2.31326169f, 3.40760596f});
+  // Equal infinities stay themselves; -inf is the empty sum; a NaN stays.
+  expect_floats(run("logcumsumexp", test::tensor_of({4}, {-kInf, -kInf, kInf, kInf}),
+                    one_dim(0))[0],
+                {4}, {-kInf, -kInf, kInf, kInf});
+  expect_floats(run("logcumsumexp", test::tensor_of({3}, {1, kNaN, 5}), one_dim(0))[0], {3},
+                {1, kNaN, kNaN});
+  // cummax and cummin: a tie moves the index to the later element; a NaN stays once seen, its
+  // index moving to each later NaN.
+  std::vector<Tensor> cummax =
+      run("cummax", test::tensor_of({6}, {2, 1, 2, kNaN, 9, kNaN}), one_dim(0));
+  expect_floats(cummax[0], {6}, {2, 2, 2, kNaN, kNaN, kNaN});
+  expect_values<int64_t>(cummax[1], DType::I64, {6}, {0, 0, 2, 3, 3, 5});
+  std::vector<Tensor> cummin = run("cummin", x, one_dim(0));
+  expect_floats(cummin[0], {2, 2}, {1, 2, 1, 2});
+  expect_values<int64_t>(cummin[1], DType::I64, {2, 2}, {0, 0, 0, 0});
+  cummin = run("cummin", typed<bool>(DType::Bool, {3}, {true, false, false}), one_dim(0));
+  expect_values<bool>(cummin[0], DType::Bool, {3}, {true, false, false});
+  expect_values<int64_t>(cummin[1], DType::I64, {3}, {0, 1, 2});
   // log_softmax = x - logsumexp: -log(1 + e) and -log(1 + 1/e) down each column.
   expect_floats(run("log_softmax", x, one_dim(0))[0], {2, 2},
                 {-2.12692809f, -2.12692809f, -0.126928017f, -0.126928017f});
@@ -753,11 +792,6 @@ TEST(OpsReduction, Avx2ArgExtremaAreTheReferences) {
   EXPECT_NE(test::unsupported_reason(*f64.node, "avx2"), "");
 }
 
-// cumsum's kernels keep the reference's arithmetic (each line's running sum in f64, or in
-// wrapping 64-bit integers, written at every element) and change only the order of the lines:
-// the same bits. f32 rows of magnitudes 1e-10 to 1e10 (so that each rounding to f32 matters),
-// NaN and infinities, 1 to 17 rows (8 at a time, then one by one) of every length around the
-// 8-column blocks; columns of every dtype in blocks of 512 and a partial last one.
 // any and all by bits: every dtype the op keeps (f16 and bf16 arrive as f32, exactly), rows and
 // columns, early decisions and empty reductions, with -0, NaN and subnormals among the floats
 // (which the sign mask must read as zero and nonzero).
@@ -806,7 +840,14 @@ TEST(OpsReduction, AnyAllBitsKernelIsTheReference) {
   EXPECT_GT(runs, 1000);
 }
 
-TEST(OpsReduction, CumsumKernelsAreTheReference) {
+// The scan kernels keep the reference's arithmetic (each line's accumulator in f64, or in
+// wrapping 64-bit integers, written at every element) and change only the order of the lines:
+// the same bits. f32 rows of magnitudes 1e-10 to 1e10 (so that each rounding to f32 matters),
+// NaN and infinities, 1 to 17 rows (8 at a time, then one by one) of every length around the
+// 8-column blocks; columns of every dtype in blocks of 512 and a partial last one, for cumsum,
+// cumprod (factors near 1, of either sign, so that products neither vanish nor overflow) and
+// logcumsumexp.
+TEST(OpsReduction, ScanKernelsAreTheReference) {
   std::mt19937 rng(31);
   auto spread = [&](Tensor t) {
     std::uniform_int_distribution<int> exponent(-10, 10);
@@ -817,10 +858,20 @@ TEST(OpsReduction, CumsumKernelsAreTheReference) {
     }
     return t;
   };
+  auto near_one = [&](DType dtype, const Sizes& sizes) {
+    Tensor t = test::random_tensor(dtype, sizes, rng, 0.8, 1.25);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (rng() % 2) {
+        if (dtype == DType::F32) t.data<float>()[i] *= -1;
+        else t.data<double>()[i] *= -1;
+      }
+    return t;
+  };
   int runs = 0;
-  auto check = [&](const Tensor& x, int64_t dim, const std::string& kernel) {
-    SCOPED_TRACE(kernel + " " + list_of(x.sizes()) + " dim " + std::to_string(dim));
-    OneNode node("cumsum", {type_of(x.dtype(), x.sizes())}, one_dim(dim));
+  auto check = [&](const char* op, const Tensor& x, int64_t dim, const std::string& kernel) {
+    SCOPED_TRACE(std::string(op) + " " + kernel + " " + std::string(dtype_name(x.dtype())) + " " +
+                 list_of(x.sizes()) + " dim " + std::to_string(dim));
+    OneNode node(op, {type_of(x.dtype(), x.sizes())}, one_dim(dim));
     ASSERT_EQ(test::unsupported_reason(*node.node, kernel), "");
     const Tensor expected = test::run_kernel(*node.node, "reference", {x})[0];
     for (int threads : {1, 2}) {
@@ -832,30 +883,69 @@ TEST(OpsReduction, CumsumKernelsAreTheReference) {
   if (avx2_available()) {
     for (int64_t rows : {1, 7, 8, 9, 17})
       for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 100, 1001})
-        check(spread(test::random_tensor(DType::F32, {rows, n}, rng, -1, 1)), 1, "avx2");
-    check(spread(test::random_tensor(DType::F32, {16, 50257}, rng, -1, 1)), -1, "avx2");
+        check("cumsum", spread(test::random_tensor(DType::F32, {rows, n}, rng, -1, 1)), 1, "avx2");
+    check("cumsum", spread(test::random_tensor(DType::F32, {16, 50257}, rng, -1, 1)), -1, "avx2");
     EXPECT_EQ(runs, (5 * 9 + 1) * 2);
     OneNode columns("cumsum", {type_of(DType::F32, {4, 3})}, one_dim(0));
     EXPECT_MENTIONS(test::unsupported_reason(*columns.node, "avx2"), "the columns kernel");
   }
   for (DType dtype : {DType::F32, DType::F64, DType::I32, DType::I64})
     for (const Sizes& sizes : std::vector<Sizes>{{5, 2}, {3, 100, 7}, {2, 9, 513}, {300, 1100}}) {
+      const int64_t dim = 1 - static_cast<int64_t>(sizes.size() == 2);
       Tensor x = test::random_tensor(dtype, sizes, rng, -1e6, 1e6);
       if (dtype == DType::F32) x = spread(test::random_tensor(dtype, sizes, rng, -1, 1));
-      check(x, 1 - static_cast<int64_t>(sizes.size() == 2), "columns");
+      check("cumsum", x, dim, "columns");
+      if (is_floating(dtype)) {
+        check("cumprod", near_one(dtype, sizes), dim, "columns");
+        check("logcumsumexp", x, dim, "columns");
+      } else {
+        check("cumprod", test::random_tensor(dtype, sizes, rng, -3, 3), dim, "columns");
+      }
     }
-  // Narrow integers and bool give i64 sums (integers wrap around as the reference's).
+  // Narrow integers and bool give i64 results (integers wrap around as the reference's).
   Tensor bytes = Tensor::empty(DType::I8, {40, 600});
   Tensor flags = Tensor::empty(DType::Bool, {40, 600});
   for (int64_t i = 0; i < bytes.numel(); ++i) {
     bytes.data<int8_t>()[i] = static_cast<int8_t>(rng());
     flags.data<bool>()[i] = rng() % 2 == 0;
   }
-  check(bytes, 0, "columns");
-  check(flags, 0, "columns");
-  check(test::random_tensor(DType::F32, {0, 7}, rng), 0, "columns");
-  OneNode rows("cumsum", {type_of(DType::I64, {4, 3})}, one_dim(1));
+  for (const char* op : {"cumsum", "cumprod"}) {
+    check(op, bytes, 0, "columns");
+    check(op, flags, 0, "columns");
+  }
+  check("logcumsumexp", test::random_tensor(DType::F32, {0, 7}, rng), 0, "columns");
+  OneNode rows("cumprod", {type_of(DType::I64, {4, 3})}, one_dim(1));
   EXPECT_MENTIONS(test::unsupported_reason(*rows.node, "columns"), "the last dim");
+}
+
+// f16 and bf16 folds keep an f32 accumulator, as PyTorch's CPU kernels do, and round it at each
+// element. bf16: 1 and then 1.5·2^-24 again and again; f32 rounds each partial sum up to the next
+// multiple of 2^-23, so after 32769 steps it has passed 1 + 2^-8, which bf16 rounds up to
+// 1 + 2^-7, where an f64 accumulator (1 + 0.75·32769·2^-23) still rounds to 1. f16 alike with
+// 3·2^-24 and 2049 steps past 1 + 2^-11. Both kernels, rows and columns.
+TEST(OpsReduction, HalfFloatFoldsAccumulateInF32) {
+  auto check = [](DType dtype, auto to_half, float tiny, int64_t steps, float expected) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    using Half = decltype(to_half(0.0f));
+    Tensor line = Tensor::empty(dtype, {steps + 1});
+    line.data<Half>()[0] = to_half(1);
+    for (int64_t i = 1; i <= steps; ++i) line.data<Half>()[i] = to_half(tiny);
+    ASSERT_EQ(cpu::to_float(line.data<Half>()[1]), tiny);
+    Tensor columns = Tensor::empty(dtype, {steps + 1, 2});
+    for (int64_t i = 0; i < columns.numel(); ++i) columns.data<Half>()[i] = line.data<Half>()[i / 2];
+    const Tensor sums = run("cumsum", line, one_dim(0))[0];
+    const Tensor column_sums = run("cumsum", columns, one_dim(0), "columns")[0];
+    ASSERT_EQ(sums.dtype(), dtype);
+    EXPECT_EQ(cpu::to_float(sums.data<Half>()[steps - 1]), 1.0f);
+    EXPECT_EQ(cpu::to_float(sums.data<Half>()[steps]), expected);
+    EXPECT_EQ(cpu::to_float(column_sums.data<Half>()[2 * steps + 1]), expected);
+    // The products and log-sum-exps take the same accumulator: 2 · 0.5 and log(e^2) exactly.
+    const Tensor two = typed<Half>(dtype, {2}, {to_half(2), to_half(0.5f)});
+    EXPECT_EQ(cpu::to_float(run("cumprod", two, one_dim(0))[0].data<Half>()[1]), 1.0f);
+    EXPECT_EQ(cpu::to_float(run("logcumsumexp", two, one_dim(0))[0].data<Half>()[0]), 2.0f);
+  };
+  check(DType::BF16, cpu::to_bfloat16, 1.5f * std::ldexp(1.0f, -24), 32769, 1 + 1.0f / 128);
+  check(DType::F16, cpu::to_float16, 3 * std::ldexp(1.0f, -24), 2049, 1 + 1.0f / 1024);
 }
 
 // topk's select kernel (gathering candidates for small k, a radix sort of rank keys for the rest) gives the
@@ -997,6 +1087,10 @@ TEST(OpsReduction, EveryOpRunsThroughTheExecutor) {
       {"logsumexp", dims({2})},
       {"log_softmax", one_dim(-1)},
       {"cumsum", one_dim(1)},
+      {"cumprod", one_dim(2)},
+      {"logcumsumexp", one_dim(0)},
+      {"cummax", one_dim(1)},
+      {"cummin", one_dim(2)},
       {"topk", {{"k", int64_t{3}}, {"dim", int64_t{2}}}},
   };
   std::mt19937 rng(17);

@@ -104,7 +104,7 @@ SUBSET = (
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle",
     "nn.functional.channel_shuffle", "nn.functional.prelu", "var_mean", "nansum",
     "count_nonzero", "atan2", "logaddexp", "lerp", "addcmul", "nn.functional.logsigmoid",
-    "nn.functional.adaptive_avg_pool3d",
+    "nn.functional.adaptive_avg_pool3d", "cumprod", "logcumsumexp", "cummax", "cummin",
 )
 SUBSET_SAMPLES = 4
 

@@ -101,6 +101,47 @@ def test_cumsum_with_a_dtype(fn, x):
     torch.testing.assert_close(got, fn(x), rtol=0, atol=0)
 
 
+# The running folds and extremes, bit for bit with eager: PyTorch's CPU kernels carry f32 lines in
+# an f64 accumulator and f16 and bf16 ones in an f32 accumulator, as Kiln's do; cummax and cummin move the index to the later of equal values
+# and to each later NaN. Rows and columns, f32, f64 and integers, NaN and infinities.
+SCAN_INPUT = torch.randn(6, 40, 9, generator=G)
+SCAN_INPUT[1, 7, 2] = float("nan")
+SCAN_INPUT[2, 3] = float("inf")
+SCAN_INPUT[3, :, 4] = SCAN_INPUT[3, :, 4].round()  # ties
+
+
+# cumprod's floats: factors near 1, so that products neither vanish nor overflow.
+NEAR_ONE = 1 + SCAN_INPUT / 8
+
+
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: torch.cumprod(x, 1), NEAR_ONE),
+    (lambda x: torch.cumprod(x, -1), NEAR_ONE.double()),
+    (lambda x: torch.cumprod(x, 0, dtype=torch.float64), NEAR_ONE),
+    (lambda x: torch.cumprod(x, 2), (SCAN_INPUT * 3).int()),
+    (lambda x: torch.logcumsumexp(x, 1), SCAN_INPUT),
+    (lambda x: torch.logcumsumexp(x * 30, -1), SCAN_INPUT),
+    (lambda x: torch.logcumsumexp(x, 0), SCAN_INPUT.double()),
+    (lambda x: torch.cummax(x, 1), SCAN_INPUT),
+    (lambda x: torch.cummin(x, -1), SCAN_INPUT),
+    (lambda x: torch.cummax(x, 0), (SCAN_INPUT * 3).long()),
+    (lambda x: torch.cummin(x > 0.3, 2), SCAN_INPUT),
+    # f16 and bf16: an f32 accumulator, as PyTorch's (an f64 one differs in the last bit).
+    (lambda x: torch.cumsum(x, 1), SCAN_INPUT.bfloat16()),
+    (lambda x: torch.cumsum(x, -1), SCAN_INPUT.half()),
+    (lambda x: torch.cumprod(x, 1), NEAR_ONE.bfloat16()),
+    (lambda x: torch.logcumsumexp(x, 0), SCAN_INPUT.bfloat16()),
+    (lambda x: torch.cummax(x, 1), SCAN_INPUT.half()),
+], ids=["cumprod_columns", "cumprod_rows_f64", "cumprod_as_f64", "cumprod_i32", "logcumsumexp",
+        "logcumsumexp_wide", "logcumsumexp_f64", "cummax", "cummin_rows", "cummax_i64",
+        "cummin_bool", "cumsum_bf16", "cumsum_f16", "cumprod_bf16", "logcumsumexp_bf16",
+        "cummax_f16"])
+def test_scans_are_eagers_bits(fn, x):
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
 def test_sort_is_stable_with_nan_above_every_number():
     x = torch.tensor([[3.0, float("nan"), -1.0, 3.0, 0.0, -0.0, 2.0, -1.0]]).repeat(3, 1)
     x[1] = x[1].flip(0)

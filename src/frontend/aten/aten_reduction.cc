@@ -137,16 +137,25 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
     if (ctx.boolean("half_to_float")) ctx.unsupported("half_to_float");
     return {ctx.add("log_softmax", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
   });
-  // cumsum(x, dtype=d) sums x cast to d, in d. Kiln's cumsum gives i64 for any integer input;
-  // narrowing that back gives d's wrapped sums, since two's-complement truncation commutes
-  // with addition.
-  r.add("aten.cumsum.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    const std::optional<DType> dtype = ctx.dtype("dtype");
-    Value* x = ctx.tensor("self");
-    if (dtype) x = ctx.cast(x, *dtype);
-    Value* y = ctx.add("cumsum", {x}, {{"dim", ctx.integer("dim")}});
-    return {dtype ? ctx.cast(y, *dtype) : y};
+  // cumsum(x, dtype=d) sums x cast to d, in d (cumprod multiplies). Kiln's folds give i64 for
+  // any integer input; narrowing that back gives d's wrapped results, since two's-complement
+  // truncation commutes with addition and multiplication.
+  for (const char* op : {"cumsum", "cumprod"})
+    r.add("aten." + std::string(op) + ".default", [op](ConvertContext& ctx) -> std::vector<Value*> {
+      const std::optional<DType> dtype = ctx.dtype("dtype");
+      Value* x = ctx.tensor("self");
+      if (dtype) x = ctx.cast(x, *dtype);
+      Value* y = ctx.add(op, {x}, {{"dim", ctx.integer("dim")}});
+      return {dtype ? ctx.cast(y, *dtype) : y};
+    });
+  r.add("aten.logcumsumexp.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("logcumsumexp", {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}})};
   });
+  for (const char* op : {"cummax", "cummin"})
+    r.add("aten." + std::string(op) + ".default", [op](ConvertContext& ctx) -> std::vector<Value*> {
+      return ctx.graph().add_node(op, {ctx.tensor("self")}, {{"dim", ctx.integer("dim")}},
+                                  ctx.node_name());
+    });
   // sort(x, dim, descending): topk of every element along dim (k = -1, symbolic dims too),
   // sorted, ties by lower index (the stable order, which the unstable sort may also give), NaN
   // above every number as in sort.

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/dtype.h"
 
@@ -70,6 +71,25 @@ inline BFloat16 to_bfloat16(float f) {
   if (std::isnan(f)) return {0x7FC0};
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   return {static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16)};
+}
+
+// Conversions that treat the 16-bit storage types as the floats they hold: widen_to<A>(v) reads v
+// as an A (a 16-bit float through f32), narrow_to<T>(a) rounds a to T (to a 16-bit float
+// through f32, as PyTorch rounds an f32 accumulator); other types convert with static_cast.
+template <typename T>
+constexpr bool kIsHalfFloat = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
+
+template <typename A, typename T>
+A widen_to(T v) {
+  if constexpr (kIsHalfFloat<T>) return static_cast<A>(to_float(v));
+  else return static_cast<A>(v);
+}
+
+template <typename T, typename A>
+T narrow_to(A a) {
+  if constexpr (std::is_same_v<T, Float16>) return to_float16(static_cast<float>(a));
+  else if constexpr (std::is_same_v<T, BFloat16>) return to_bfloat16(static_cast<float>(a));
+  else return static_cast<T>(a);
 }
 
 }  // namespace kiln::cpu
