@@ -313,8 +313,10 @@ def test_composite_functions():
     check(lambda x: F.celu(x, 0.7), "x")  # elu with input_scale 1/alpha, as PyTorch's
     check(lambda x: torch.frac(x * 7), "x")
     check(lambda x, y: torch.heaviside(x, y), "x", "y")
-    check(lambda x: torch.logit(torch.sigmoid(x)), "x")
-    check(lambda x: torch.logit(torch.sigmoid(x), eps=1e-3), "x")
+    # log(z / (1 - z)): the quotient is eager's bit for bit, the log within log's 2 ULP (Kiln's is
+    # correctly rounded on these inputs where eager's Sleef log is 1 ULP off on a few).
+    check(lambda x: torch.logit(torch.sigmoid(x)), "x", ulp=2)
+    check(lambda x: torch.logit(torch.sigmoid(x), eps=1e-3), "x", ulp=2)
     check(lambda x: torch.nan_to_num(x / 0), "x")
     check(lambda x: torch.nan_to_num(x / 0, nan=1.5, posinf=2.0, neginf=-3.0), "x")
     check(lambda x: torch.sgn(x), "x")
