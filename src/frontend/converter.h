@@ -76,6 +76,9 @@ class ConvertContext {
   std::vector<Value*> round_results(std::vector<Value*> outputs);
   // A scalar constant of the given dtype, e.g. the `other` of add.Scalar.
   Value* scalar(double value, DType dtype);
+  // A Python number argument as a rank-0 tensor of the dtype PyTorch gives it: bool, i64 (an int)
+  // or f64 (a float), its value exact; a size (a SymInt) computed by the graph (size_value).
+  Value* number_tensor(const std::string& arg);
   // A size PyTorch passes as a number ({"sym": "s1 - 1"}), computed by the graph as an i64 0-d
   // tensor: dim_size of an input having each symbol it reads as a dim, and integer ops.
   Value* size_value(const std::string& expr);

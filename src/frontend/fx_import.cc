@@ -287,6 +287,25 @@ Value* ConvertContext::scalar(double value, DType dtype) {
   return graph_.add_constant(name_ + "_scalar", t);
 }
 
+// The JSON value's own type tells an int from a float (number() reads both as double).
+Value* ConvertContext::number_tensor(const std::string& arg) {
+  if (const std::string size = sym(arg); !size.empty()) return size_value(size);
+  Tensor t;
+  try {
+    t = Tensor::empty(DType::Bool, {});
+    *t.data<bool>() = boolean(arg);
+  } catch (const Error&) {
+    try {
+      t = Tensor::empty(DType::I64, {});
+      *t.data<int64_t>() = integer(arg);
+    } catch (const Error&) {
+      t = Tensor::empty(DType::F64, {});
+      *t.data<double>() = number(arg);
+    }
+  }
+  return graph_.add_constant(name_ + "_" + arg, t);
+}
+
 Value* ConvertContext::size_value(const std::string& expr) {
   auto symbol = [&](const std::string& name) -> Value* {
     for (Value* in : graph_.inputs()) {

@@ -105,6 +105,7 @@ SUBSET = (
     "nn.functional.channel_shuffle", "nn.functional.prelu", "var_mean", "nansum",
     "count_nonzero", "atan2", "logaddexp", "lerp", "addcmul", "nn.functional.logsigmoid",
     "nn.functional.adaptive_avg_pool3d", "cumprod", "logcumsumexp", "cummax", "cummin",
+    "searchsorted", "bucketize",
 )
 SUBSET_SAMPLES = 4
 

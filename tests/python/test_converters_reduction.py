@@ -154,6 +154,42 @@ def test_sort_is_stable_with_nan_above_every_number():
         torch._dynamo.reset()
 
 
+# searchsorted and bucketize against eager: both sides, i32 results, a line per row, a sorter,
+# operands of two dtypes (compared in their promoted dtype), NaN values and NaN in the line.
+EDGES = torch.tensor([-1.0, -0.5, -0.5, 0.0, 0.25, 1.0, float("inf")])
+VALUES = torch.cat([torch.randn(3, 30, generator=G), EDGES.repeat(3, 1),
+                    torch.tensor([[float("nan")], [float("-inf")], [0.1]])], dim=1)
+ROWS = torch.sort(torch.randn(3, 9, generator=G), dim=1).values
+SHUFFLE = torch.randperm(9, generator=G).repeat(3, 1)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: torch.bucketize(v, EDGES),
+    lambda v: torch.bucketize(v, EDGES, right=True, out_int32=True),
+    lambda v: torch.searchsorted(EDGES, v, side="right"),
+    lambda v: torch.searchsorted(ROWS, v),
+    lambda v: torch.searchsorted(ROWS.gather(1, SHUFFLE.argsort(1)), v, sorter=SHUFFLE),
+    lambda v: torch.bucketize(v.double(), EDGES),
+    lambda v: torch.bucketize((v * 4).int(), EDGES, right=True),
+    lambda v: torch.bucketize(v.bfloat16(), EDGES.bfloat16()),
+    lambda v: torch.searchsorted(torch.tensor([1.0, 2.0, float("nan"), 4.0]), v),
+    # Operands in torch.result_type of theirs: a Python float or a rank-0 f64 tensor searched in
+    # an f32 line compares in f32 (0.1 in f64 is below f32's 0.1, so the right side would be 0).
+    lambda v: torch.searchsorted(torch.tensor([0.1, 0.2]), 0.1, right=True) + v.shape[0],
+    lambda v: torch.searchsorted(torch.tensor([0.1, 0.2]), torch.tensor(0.1).double(),
+                                 right=True) + v.shape[0],
+    lambda v: torch.searchsorted(torch.tensor([0.1, 0.2]).double(), v.float(), right=True),
+    lambda v: torch.bucketize(2, EDGES, right=True) + v.shape[0],
+    lambda v: torch.bucketize(1.5, torch.tensor([1, 2, 3])) + v.shape[0],
+], ids=["bucketize", "bucketize_right_i32", "side_right", "rows", "sorter", "f64_values",
+        "int_values", "bf16", "nan_in_line", "python_float", "rank0_f64", "f64_line",
+        "python_int", "python_float_in_ints"])
+def test_searchsorted_is_eagers(fn):
+    expected = fn(VALUES)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(VALUES)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)  # dtype included
+
+
 # Bins on edges computed in the input's dtype, values outside and NaN uncounted, the data's own
 # range when min == max: bit for bit as torch.histc.
 @pytest.mark.parametrize("bins, lo, hi", [(4, 0, 3), (10, -2.5, 2.5), (7, 0, 0), (3, 1, 1)])

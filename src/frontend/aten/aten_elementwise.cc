@@ -13,28 +13,6 @@ namespace kiln {
 
 namespace {
 
-// A Python number argument as a rank-0 constant of the dtype PyTorch wraps it into: bool, i64
-// (int) or f64 (float), its value exact. ConvertContext reads numbers as double, but promotion
-// also needs the Python type: whether the JSON value is a bool or an integer tells it. A size
-// (a SymInt: an int) is computed by the graph (ConvertContext::size_value).
-Value* wrapped_number(ConvertContext& ctx, const std::string& arg) {
-  if (const std::string size = ctx.sym(arg); !size.empty()) return ctx.size_value(size);
-  Tensor t;
-  try {
-    t = Tensor::empty(DType::Bool, {});
-    *t.data<bool>() = ctx.boolean(arg);
-  } catch (const Error&) {
-    try {
-      t = Tensor::empty(DType::I64, {});
-      *t.data<int64_t>() = ctx.integer(arg);
-    } catch (const Error&) {
-      t = Tensor::empty(DType::F64, {});
-      *t.data<double>() = ctx.number(arg);
-    }
-  }
-  return ctx.graph().add_constant(ctx.node_name() + "_" + arg, t);
-}
-
 // An op over the listed arguments, each a tensor or a Python number (listed in the node's
 // wrapped_numbers). add's, sub's and rsub's alpha becomes the op's attribute of that name.
 Converter elementwise(const std::string& op, std::initializer_list<const char*> args,
@@ -48,7 +26,7 @@ Converter elementwise(const std::string& op, std::initializer_list<const char*> 
         values.push_back(ctx.tensor(name));
       } else {
         wrapped.push_back(static_cast<int64_t>(values.size()));
-        values.push_back(wrapped_number(ctx, name));
+        values.push_back(ctx.number_tensor(name));
       }
     }
     AttrMap node_attrs = attrs;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "frontend/converter.h"
+#include "ops/type_promotion.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -176,6 +177,33 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
                                  {"sorted", ctx.boolean("sorted")}},
                                 ctx.node_name());
   });
+  // searchsorted and bucketize: both operands in torch.result_type of theirs, as PyTorch compares
+  // them (a rank-0 f64 tensor of values doesn't widen an f32 line; a Python number searched, the
+  // .Scalar overloads, is a wrapped number); a sorter orders the lines by gathering them first
+  // (the index it gives is the same: the position in the sorted order).
+  auto searchsorted = [](ConvertContext& ctx, const char* sorted_arg) -> std::vector<Value*> {
+    Value* sorted = ctx.tensor(sorted_arg);
+    const bool number = !ctx.is_tensor("self");
+    Value* values = number ? ctx.number_tensor("self") : ctx.tensor("self");
+    const PromotionOperand operands[] = {{sorted->type().dtype, sorted->type().rank()},
+                                         {values->type().dtype, values->type().rank(), number}};
+    const DType common = result_type(operands);
+    sorted = ctx.cast(sorted, common);
+    values = ctx.cast(values, common);
+    if (Value* sorter = ctx.has("sorter") ? ctx.tensor("sorter") : nullptr)
+      sorted = ctx.add("gather", {sorted, sorter},
+                       {{"dim", static_cast<int64_t>(sorted->type().rank()) - 1}});
+    bool right = ctx.boolean("right");
+    if (ctx.has("side")) right = ctx.string("side") == "right";
+    return {ctx.add("searchsorted", {sorted, values},
+                    {{"right", right}, {"out_int32", ctx.boolean("out_int32")}})};
+  };
+  for (const char* overload : {".Tensor", ".Scalar"}) {
+    r.add(std::string("aten.searchsorted") + overload,
+          [searchsorted](ConvertContext& ctx) { return searchsorted(ctx, "sorted_sequence"); });
+    r.add(std::string("aten.bucketize") + overload,
+          [searchsorted](ConvertContext& ctx) { return searchsorted(ctx, "boundaries"); });
+  }
   r.add("aten.histc.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("histc", {ctx.tensor("self")},
                     {{"bins", ctx.has("bins") ? ctx.integer("bins") : int64_t{100}},
