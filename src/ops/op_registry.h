@@ -177,6 +177,9 @@ struct OpDef {
   // With it: the result takes input 0's dtype rather than torch.result_type of all operands, as
   // PyTorch's norms do (a bf16 input with f32 weights gives bf16).
   bool low_precision_keeps_input_dtype = false;
+  // The node does something beyond its outputs (a check that raises): dead-code elimination keeps
+  // it though nothing reads them.
+  bool has_side_effects = false;
 };
 
 class OpRegistry {

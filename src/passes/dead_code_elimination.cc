@@ -1,9 +1,11 @@
-// Dead code elimination: a node none of whose outputs reach a graph output is removed, and so
-// is a constant nothing uses any more (folded weights, simplified-away operands).
+// Dead code elimination: a node none of whose outputs reach a graph output is removed, unless its
+// op has side effects (a check), and so is a constant nothing uses any more (folded weights,
+// simplified-away operands).
 //   %a = op(...)  with %a unused and not an output   →   (nothing)
 //   const %c      with %c unused and not an output   →   (nothing)
 #include <unordered_set>
 
+#include "ops/op_registry.h"
 #include "passes/pass.h"
 #include "passes/pass_list.h"
 
@@ -22,7 +24,8 @@ class DeadCodeElimination final : public Pass {
     std::vector<Node*> nodes = graph.nodes();
     // Reverse topological order: removing a node may make its producers dead in the same sweep.
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-      bool live = false;
+      const OpDef* def = OpRegistry::instance().find((*it)->op());
+      bool live = def && def->has_side_effects;
       for (Value* out : (*it)->outputs()) live |= !dead(out);
       if (!live) {
         graph.remove_node(*it);

@@ -217,3 +217,16 @@ def test_embedding_bag_per_sample_weights_and_max():
     report = kiln.explain(lambda i, o: F.embedding_bag(i, BAG_WEIGHT, o, mode="max") * 2,
                           BAG_INDICES, BAG_OFFSETS)
     assert "max mode" in report.fallback["aten._embedding_bag_forward_only.default"][1]
+
+
+def test_one_hot_checks_its_class_values_in_kiln():
+    """F.one_hot's class-value checks (aten._assert_async) run in Kiln's graph, so the whole
+    function is one partition, and a value out of range raises PyTorch's message."""
+    fn = lambda x: torch.nn.functional.one_hot(x, 5) * 2  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)
+    x = torch.tensor([[0, 3], [4, 1]])
+    assert torch.equal(compiled(x), fn(x))
+    with pytest.raises(Exception, match="E40002.*Class values must be smaller than num_classes"):
+        compiled(torch.tensor([[0, 7], [4, 1]]))
+    with pytest.raises(Exception, match="E40002.*Class values must be non-negative"):
+        compiled(torch.tensor([[0, -1], [4, 1]]))
