@@ -105,7 +105,8 @@ SUBSET = (
     "nn.functional.channel_shuffle", "nn.functional.prelu", "var_mean", "nansum",
     "count_nonzero", "atan2", "logaddexp", "lerp", "addcmul", "nn.functional.logsigmoid",
     "nn.functional.adaptive_avg_pool3d", "cumprod", "logcumsumexp", "cummax", "cummin",
-    "searchsorted", "bucketize",
+    "searchsorted", "bucketize", "rot90", "diagonal", "diag_embed", "take", "isin", "fmax",
+    "xlogy", "aminmax", "trace",
 )
 SUBSET_SAMPLES = 4
 

@@ -421,3 +421,28 @@ def test_filled_and_copied_tensors(fn, names):
 ], ids=["scalar", "broadcast_mask", "int", "tensor_value", "f16"])
 def test_masked_fill(fn, names):
     check(fn, *names.split())
+
+
+def test_comparison_and_sign_composites_are_eagers_bits():
+    """threshold, fmax/fmin (the other operand where one is NaN), deg2rad/rad2deg (a product with
+    a Python float) and signbit (-0 and NaN's sign included) compose exact ops: eager's bits."""
+    check(lambda x: F.threshold(x, 0.5, 20.0), "x")
+    check(lambda i: F.threshold(i, 3, -7), "i")
+    check(lambda x, y: torch.fmax(x, y), "x", "y")
+    check(lambda x, y: torch.fmin(y, x), "x", "y")
+    check(lambda i, x: torch.fmax(i, x), "i", "x")
+    check(lambda x: torch.deg2rad(x), "x")
+    check(lambda x: torch.rad2deg(x), "x")
+    check(lambda x: torch.signbit(x), "x")
+    check(lambda x: torch.signbit(-x), "x")
+    check(lambda i: torch.signbit(i), "i")
+
+
+def test_xlogy_and_xlog1py_within_logs_tolerance():
+    """NaN where y is NaN, 0 where x is 0, else x·log(y): the log within its 2 ULP (eager calls
+    libm's logf and log1pf), and the product's rounding."""
+    check(lambda x, p: torch.xlogy(x, p), "x", "p", ulp=3)
+    check(lambda p, x: torch.xlogy(p, x), "p", "x", ulp=3)
+    check(lambda x: torch.xlogy(2.0, x), "x", ulp=3)
+    check(lambda x: torch.xlogy(x, 3.0), "x", ulp=3)
+    check(lambda x, p: torch.special.xlog1py(x, p), "x", "p", ulp=3)

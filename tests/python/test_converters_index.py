@@ -230,3 +230,23 @@ def test_one_hot_checks_its_class_values_in_kiln():
         compiled(torch.tensor([[0, 7], [4, 1]]))
     with pytest.raises(Exception, match="E40002.*Class values must be non-negative"):
         compiled(torch.tensor([[0, -1], [4, 1]]))
+
+
+_V = torch.randn(4, 5, generator=torch.Generator().manual_seed(12))
+_V[0, 0] = float("nan")
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.take(x, torch.tensor([[0, -1], [7, -20]])),
+    lambda x: torch.isin(x, x[1]),
+    lambda x: torch.isin((x * 2).round(), torch.tensor([0.0, 1.0, -1.0, float("nan")]),
+                         invert=True),
+    lambda x: torch.isin(x.round(), 1.0),
+    lambda x: torch.isin(2, (x * 2).round().long()),
+], ids=["take", "isin", "isin_inverted", "isin_a_number", "number_isin"])
+def test_take_and_isin(fn):
+    """take reads the flattened tensor (negative indices from the end); isin compares each
+    element with every test element (NaN is never in), as PyTorch does for small sets."""
+    expected = fn(_V)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(_V)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)

@@ -157,3 +157,33 @@ def test_shuffles_bit_for_bit_with_a_dynamic_batch(fn):
         x = torch.randn(n, 4, 3, 5, generator=torch.Generator().manual_seed(n))
         torch._dynamo.mark_dynamic(x, 0)
         assert torch.equal(compiled(x), fn(x))
+
+
+_G = torch.Generator().manual_seed(11)
+_M = torch.randn(4, 5, generator=_G)
+_M[0, 0], _M[1, 1], _M[2, 2] = float("nan"), -0.0, float("inf")
+_T = torch.randn(2, 3, 4, generator=_G)
+
+
+# Composites of flips, permutes, pads and constant gathers: eager's values exactly.
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: torch.rot90(x, 1, (0, 1)), _M),
+    (lambda x: torch.rot90(x, -1, (1, 2)), _T),
+    (lambda x: torch.rot90(x, 2, (0, 2)), _T),
+    (lambda x: torch.rot90(x, 4, (0, 1)) * 2, _M),
+    (lambda x: torch.diag(x), _M),
+    (lambda x: torch.diag(x, -2), _M),
+    (lambda x: torch.diag(x, 7), _M),
+    (lambda x: torch.diag(x[0], 1), _M),
+    (lambda x: torch.diagonal(x, 1, 2, 0) * 2, _T),
+    (lambda x: torch.diag_embed(x), _M),
+    (lambda x: torch.diag_embed(x, -1, 0, 2), _T),
+    (lambda x: torch.block_diag(x[:2], x[0], torch.tensor(3.0), x[:3, :2].int()), _M),
+    (lambda x: torch.narrow_copy(x, 1, 1, 3), _M),
+], ids=["rot90", "rot90_back", "rot90_twice", "rot90_whole_turn", "diag", "diag_below",
+        "diag_empty", "diag_of_a_row", "diagonal_3d", "diag_embed", "diag_embed_dims",
+        "block_diag", "narrow_copy"])
+def test_diagonal_and_rotation_composites(fn, x):
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)

@@ -68,8 +68,13 @@ def test_mean_in_a_dtype_kiln_lacks_stays_in_pytorch():
     lambda x: torch.count_nonzero(torch.where(x > 0, x, 0), dim=(0, 1)),
     lambda x: torch.count_nonzero(x > 0.5),
     lambda x: torch.nn.functional.pairwise_distance(x[0], x[1]),
+    lambda x: torch.trace(x[0]),
+    lambda x: torch.trace((x[1] * 10).int()),
+    lambda x: torch.aminmax(x),
+    lambda x: torch.aminmax(x, dim=1, keepdim=True),
 ], ids=["prod", "prod_dim", "any", "all_dim", "all_dims", "max", "min", "max_dim", "min_dim",
-        "var_mean", "std_mean", "nansum", "count_nonzero_dims", "count_nonzero", "pairwise_distance"])
+        "var_mean", "std_mean", "nansum", "count_nonzero_dims", "count_nonzero", "pairwise_distance",
+        "trace", "trace_of_ints", "aminmax", "aminmax_dim"])
 def test_reductions_of_the_op_list(fn):
     x = INPUTS["f32"]
     expected = fn(x)

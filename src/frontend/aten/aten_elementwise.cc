@@ -4,6 +4,7 @@
 // A Python number operand becomes a rank-0 constant of PyTorch's wrapped-number dtype (i64 for
 // an int, f64 for a float, bool) listed in the node's wrapped_numbers, which makes Kiln's type
 // promotion match torch.result_type exactly.
+#include <cmath>
 #include <limits>
 
 #include "frontend/converter.h"
@@ -257,6 +258,59 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
     y = ctx.add("where", {ctx.add("eq", {x, inf}), value("posinf", largest), y});
     return {ctx.add("where", {ctx.add("eq", {x, ctx.add("neg", {inf})}), value("neginf", -largest), y})};
   });
+  // threshold(x, t, v): v where x <= t, else x; t and v in x's dtype, as PyTorch converts them.
+  r.add("aten.threshold.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const DType dtype = x->type().dtype;
+    return {ctx.add("where", {ctx.add("le", {x, ctx.scalar(ctx.number("threshold"), dtype)}),
+                              ctx.scalar(ctx.number("value"), dtype), x})};
+  });
+  // fmax and fmin: the other operand where one is NaN, else maximum / minimum.
+  for (const char* op : {"fmax", "fmin"})
+    r.add("aten." + std::string(op) + ".default", [op](ConvertContext& ctx) -> std::vector<Value*> {
+      const DType out = ctx.output_dtype();
+      Value* a = ctx.cast(ctx.tensor("self"), out);
+      Value* b = ctx.cast(ctx.tensor("other"), out);
+      Value* y = ctx.add(std::string(op) == "fmax" ? "maximum" : "minimum", {a, b});
+      if (!is_floating(out)) return {y};
+      y = ctx.add("where", {ctx.add("isnan", {b}), a, y});
+      return {ctx.add("where", {ctx.add("isnan", {a}), b, y})};
+    });
+  // deg2rad and rad2deg: x times π/180 or 180/π as a Python float, as PyTorch's own definitions.
+  for (const auto& [op, factor] : {std::pair{"deg2rad", M_PI / 180}, std::pair{"rad2deg", 180 / M_PI}})
+    r.add("aten." + std::string(op) + ".default", [factor](ConvertContext& ctx) -> std::vector<Value*> {
+      return {ctx.add("mul", {ctx.tensor("self"), ctx.scalar(factor, DType::F64)},
+                      {{"wrapped_numbers", std::vector<int64_t>{1}}})};
+    });
+  // signbit: a float's sign bit (-0 and -NaN included) is copysign(1, x)'s; an integer's is x < 0.
+  r.add("aten.signbit.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const DType dtype = x->type().dtype;
+    Value* zero = ctx.scalar(0, dtype);
+    if (!is_floating(dtype)) return {ctx.add("lt", {x, zero})};
+    return {ctx.add("lt", {ctx.add("copysign", {ctx.scalar(1, dtype), x}), zero})};
+  });
+  // xlogy(x, y) = x·log(y) and xlog1py(x, y) = x·log1p(y), as PyTorch's kernels: NaN where y is
+  // NaN, else 0 where x is 0 (even for y = 0 or inf).
+  for (const auto& [target, log] :
+       {std::pair{"aten.xlogy.Tensor", "log"}, std::pair{"aten.xlogy.Scalar_Self", "log"},
+        std::pair{"aten.xlogy.Scalar_Other", "log"},
+        std::pair{"aten.special_xlog1py.default", "log1p"},
+        std::pair{"aten.special_xlog1py.self_scalar", "log1p"},
+        std::pair{"aten.special_xlog1py.other_scalar", "log1p"}})
+    r.add(target, [log](ConvertContext& ctx) -> std::vector<Value*> {
+      const DType out = ctx.output_dtype();
+      auto operand = [&](const char* arg) {
+        return ctx.is_tensor(arg) ? ctx.cast(ctx.tensor(arg), out)
+                                  : ctx.scalar(ctx.number(arg), out);
+      };
+      Value* x = operand("self");
+      Value* y = operand("other");
+      Value* product = ctx.add("mul", {x, ctx.add(log, {y})});
+      Value* zero = ctx.scalar(0, out);
+      Value* y_or_zero = ctx.add("where", {ctx.add("eq", {x, zero}), zero, product});
+      return {ctx.add("where", {ctx.add("isnan", {y}), y, y_or_zero})};
+    });
   r.add("aten.leaky_relu.default", unary("leaky_relu", {"negative_slope"}));
   r.add("aten.elu.default", unary("elu", {"alpha", "scale", "input_scale"}));
   r.add("aten.softplus.default", unary("softplus", {"beta", "threshold"}));

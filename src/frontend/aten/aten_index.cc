@@ -1,6 +1,7 @@
 // Slicing, indexing, joining and splitting → Kiln's indexing and concat_split families.
 #include <algorithm>
 #include <optional>
+#include <tuple>
 
 #include "frontend/converter.h"
 
@@ -284,12 +285,53 @@ void register_aten_index_converters(ConverterRegistry& r) {
     return {ctx.add("select", {ctx.tensor("self")},
                     {{"dim", ctx.integer("dim")}, {"index", ctx.integer("index")}})};
   });
-  r.add("aten.narrow.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    return {ctx.add("narrow", {ctx.tensor("self")},
-                    {{"dim", ctx.integer("dim")},
-                     {"start", ctx.integer("start")},
-                     {"length", ctx.integer("length")}})};
+  for (const char* target : {"aten.narrow.default", "aten.narrow_copy.default"})
+    r.add(target, [](ConvertContext& ctx) -> std::vector<Value*> {
+      return {ctx.add("narrow", {ctx.tensor("self")},
+                      {{"dim", ctx.integer("dim")},
+                       {"start", ctx.integer("start")},
+                       {"length", ctx.integer("length")}})};
+    });
+  // take(x, index): x flattened, read at index (negative ones count from the end), in index's
+  // shape; an index out of range is index_select's run-time E40002.
+  r.add("aten.take.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    Value* index = ctx.tensor("index");
+    if (!is_static(x->type().shape)) ctx.unsupported("take from a tensor of dynamic shape");
+    const int64_t count = num_elements(static_sizes(x->type().shape));
+    Value* flat_index = ctx.add("reshape", {index}, {{"shape", std::vector<int64_t>{-1}}});
+    Value* zero = ctx.scalar(0, DType::I64);
+    flat_index = ctx.add("where", {ctx.add("lt", {flat_index, zero}),
+                                   ctx.add("add", {flat_index, ctx.scalar(count, DType::I64)}),
+                                   flat_index});
+    Value* flat = ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{count}}});
+    return {ctx.reshape_to_output(ctx.add("index_select", {flat, flat_index}, {{"dim", int64_t{0}}}))};
   });
+  // isin(elements, test_elements): each element against every test element (PyTorch's own
+  // algorithm for small test sets), in torch.result_type of both; NaN is never in.
+  // (The Scalar overloads name their number `element` or `test_element`.)
+  for (const auto& [overload, elements_arg, tests_arg] :
+       {std::tuple{".Tensor_Tensor", "elements", "test_elements"},
+        std::tuple{".Tensor_Scalar", "elements", "test_element"},
+        std::tuple{".Scalar_Tensor", "element", "test_elements"}})
+    r.add(std::string("aten.isin") + overload, [elements_arg, tests_arg](
+                                                   ConvertContext& ctx) -> std::vector<Value*> {
+      auto operand = [&](const char* arg) {
+        return ctx.is_tensor(arg) ? ctx.tensor(arg) : ctx.number_tensor(arg);
+      };
+      Value* elements = operand(elements_arg);
+      Value* tests = operand(tests_arg);
+      if (!is_static(tests->type().shape)) ctx.unsupported("isin of a dynamic set");
+      const int64_t count = num_elements(static_sizes(tests->type().shape));
+      constexpr int64_t kMaxTests = 1024;
+      if (count > kMaxTests)
+        ctx.unsupported("isin of a set of over 1024 elements (PyTorch sorts such sets)");
+      tests = ctx.add("reshape", {tests}, {{"shape", std::vector<int64_t>{count}}});
+      Value* column = ctx.add("unsqueeze", {elements}, {{"dim", int64_t{-1}}});
+      Value* in = ctx.add("any", {ctx.add("eq", {column, tests})},
+                          {{"dim", std::vector<int64_t>{-1}}});
+      return {ctx.boolean("invert") ? ctx.add("logical_not", {in}) : in};
+    });
   r.add("aten.index_select.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("index_select", {ctx.tensor("self"), ctx.tensor("index")},
                     {{"dim", ctx.integer("dim")}})};

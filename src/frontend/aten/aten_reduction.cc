@@ -108,6 +108,15 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
   r.add("aten.amax.default", reduce_dims("amax", "dim"));
   r.add("aten.amin.default", reduce_dims("amin", "dim"));
   r.add("aten.logsumexp.default", reduce_dims("logsumexp", "dim"));
+  // aminmax(x, dim, keepdim): (amin, amax) over one dim, or over every dim without one.
+  r.add("aten.aminmax.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    std::vector<int64_t> dims;
+    if (ctx.has("dim")) dims.push_back(ctx.integer("dim"));
+    AttrMap attrs{{"dim", dims}, {"keepdim", ctx.boolean("keepdim")}};
+    Value* x = ctx.tensor("self");
+    return {ctx.add("amin", {x}, attrs), ctx.add("amax", {x}, attrs)};
+  });
+
   r.add("aten.sum.default", reduce_dims("sum", "dim"));
   r.add("aten.mean.default", reduce_dims("mean", "dim"));
   for (const char* overload : {".default", ".dim_int"})

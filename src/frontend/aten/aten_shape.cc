@@ -83,6 +83,59 @@ Value* pixel_shuffle(ConvertContext& ctx, bool shuffle) {
 
 }  // namespace
 
+// The sizes of x, which must all be known: the composites below index with constant tables.
+std::vector<int64_t> known_sizes(ConvertContext& ctx, Value* x, const char* what) {
+  if (!is_static(x->type().shape)) ctx.unsupported(std::string(what) + " of a dynamic shape");
+  return static_sizes(x->type().shape);
+}
+
+// x flattened, picked at constant `positions`, and shaped `sizes`.
+Value* pick(ConvertContext& ctx, Value* x, const std::vector<int64_t>& positions,
+            const std::vector<int64_t>& sizes) {
+  Tensor table = Tensor::empty(DType::I64, {static_cast<int64_t>(positions.size())});
+  std::copy(positions.begin(), positions.end(), table.data<int64_t>());
+  Value* flat = ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{-1}}});
+  Value* picked = ctx.add(
+      "index_select",
+      {flat, ctx.graph().add_constant(ctx.node_name() + "_positions", std::move(table))},
+      {{"dim", int64_t{0}}});
+  return ctx.add("reshape", {picked}, {{"shape", sizes}});
+}
+
+// diagonal(x, offset, dim1, dim2): x's elements [.., i, i + offset] over dims dim1 and dim2, which
+// go, as one dim, last; PyTorch's view, here a constant gather.
+Value* diagonal(ConvertContext& ctx, Value* x, int64_t offset, int64_t dim1, int64_t dim2) {
+  const std::vector<int64_t> sizes = known_sizes(ctx, x, "diagonal");
+  const size_t rank = sizes.size();
+  const int64_t d1 = normalized_dim(ctx, dim1, rank), d2 = normalized_dim(ctx, dim2, rank);
+  if (d1 == d2) ctx.unsupported("diagonal dims that are the same (PyTorch refuses them)");
+  const int64_t n1 = sizes[d1], n2 = sizes[d2];
+  const int64_t length = std::max<int64_t>(
+      0, offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2));
+  std::vector<int64_t> out_sizes, strides(rank, 1);
+  for (size_t d = rank - 1; d-- > 0;) strides[d] = strides[d + 1] * sizes[d + 1];
+  std::vector<int64_t> others;  // the dims kept, in order
+  for (size_t d = 0; d < rank; ++d)
+    if (static_cast<int64_t>(d) != d1 && static_cast<int64_t>(d) != d2) {
+      others.push_back(static_cast<int64_t>(d));
+      out_sizes.push_back(sizes[d]);
+    }
+  out_sizes.push_back(length);
+  std::vector<int64_t> positions;
+  const int64_t first = std::max<int64_t>(-offset, 0) * strides[d1] +
+                        std::max<int64_t>(offset, 0) * strides[d2];
+  const int64_t outer = num_elements(out_sizes) / std::max<int64_t>(length, 1);
+  for (int64_t o = 0; o < (length ? outer : 0); ++o) {
+    int64_t rest = o, base = first;
+    for (size_t k = others.size(); k-- > 0;) {
+      base += (rest % sizes[others[k]]) * strides[others[k]];
+      rest /= sizes[others[k]];
+    }
+    for (int64_t i = 0; i < length; ++i) positions.push_back(base + i * (strides[d1] + strides[d2]));
+  }
+  return pick(ctx, x, positions, out_sizes);
+}
+
 void register_aten_shape_converters(ConverterRegistry& r) {
   r.add("aten.pixel_shuffle.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {pixel_shuffle(ctx, true)};
@@ -105,6 +158,91 @@ void register_aten_shape_converters(ConverterRegistry& r) {
     split.insert(split.begin() + 1, groups);
     Value* y = swap_dims(ctx, ctx.add("reshape", {x}, {{"shape", split}}), 1, 2);
     return {ctx.add("reshape", {y}, {{"shape", sizes}})};
+  });
+  // rot90(x, k, dims) as PyTorch computes it: a flip of one dim, then the two swapped.
+  r.add("aten.rot90.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const std::vector<int64_t> dims = ctx.integers("dims");
+    if (dims.size() != 2) ctx.unsupported("rot90 over other than two dims");
+    switch (((ctx.integer("k") % 4) + 4) % 4) {
+      case 1:
+        return {swap_dims(ctx, ctx.add("flip", {x}, {{"dims", std::vector<int64_t>{dims[1]}}}),
+                          dims[0], dims[1])};
+      case 2: return {ctx.add("flip", {x}, {{"dims", dims}})};
+      case 3:
+        return {swap_dims(ctx, ctx.add("flip", {x}, {{"dims", std::vector<int64_t>{dims[0]}}}),
+                          dims[0], dims[1])};
+      default: return {x};
+    }
+  });
+  for (const char* target : {"aten.diagonal.default", "aten.diagonal_copy.default"})
+    r.add(target, [](ConvertContext& ctx) -> std::vector<Value*> {
+      return {diagonal(ctx, ctx.tensor("self"), ctx.integer("offset"), ctx.integer("dim1"),
+                       ctx.integer("dim2"))};
+    });
+  // trace: the sum of the main diagonal, as PyTorch's (floats summed in f64, integers to i64).
+  r.add("aten.trace.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* d = diagonal(ctx, ctx.tensor("self"), 0, 0, 1);
+    return {ctx.add("sum", {d}, {{"dim", std::vector<int64_t>{}}})};
+  });
+  // diag_embed(x, offset, dim1, dim2): x's last dim on the diagonal of new dims dim1 and dim2,
+  // zeros elsewhere: x with one zero appended, gathered by a constant table.
+  r.add("aten.diag_embed.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    const std::vector<int64_t> sizes = known_sizes(ctx, x, "diag_embed");
+    if (sizes.empty()) ctx.unsupported("diag_embed of a 0-d tensor");
+    const int64_t offset = ctx.integer("offset"), n = sizes.back();
+    const int64_t m = n + std::abs(offset);
+    const size_t rank = sizes.size() + 1;
+    const int64_t d1 = normalized_dim(ctx, ctx.integer("dim1"), rank);
+    const int64_t d2 = normalized_dim(ctx, ctx.integer("dim2"), rank);
+    if (d1 == d2) ctx.unsupported("diag_embed dims that are the same (PyTorch refuses them)");
+    Value* padded = ctx.add("pad", {x}, {{"pad", std::vector<int64_t>{0, 1}},
+                                         {"mode", std::string("constant")}, {"value", 0.0}});
+    const int64_t outer = num_elements(sizes) / std::max<int64_t>(n, 1);
+    std::vector<int64_t> positions;
+    for (int64_t o = 0; o < (n ? outer : 0); ++o)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < m; ++j)
+          positions.push_back(o * (n + 1) + (j - i == offset ? (offset >= 0 ? i : j) : n));
+    std::vector<int64_t> blocks(sizes.begin(), sizes.end() - 1);
+    blocks.push_back(m);
+    blocks.push_back(m);
+    Value* y = n ? pick(ctx, padded, positions, blocks)
+                 : ctx.add("reshape", {padded}, {{"shape", blocks}});  // n = 0: nothing to gather
+    // The two new dims, last in y, to dim1 and dim2.
+    std::vector<int64_t> perm;
+    int64_t kept = 0;
+    for (int64_t d = 0; d < static_cast<int64_t>(rank); ++d)
+      perm.push_back(d == d1 ? static_cast<int64_t>(rank) - 2
+                     : d == d2 ? static_cast<int64_t>(rank) - 1
+                               : kept++);
+    return {ctx.add("permute", {y}, {{"dims", perm}})};
+  });
+  // block_diag(tensors): each (a 0-d one as [1, 1], a 1-d one as a row) padded with zeros to the
+  // full width, then stacked down; in the promoted dtype.
+  r.add("aten.block_diag.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    const DType out = ctx.output_dtype();
+    if (ctx.tensors("tensors").empty()) ctx.unsupported("block_diag of no tensors");
+    std::vector<Value*> blocks;
+    std::vector<std::vector<int64_t>> shapes;
+    int64_t width = 0;
+    for (Value* t : ctx.tensors("tensors")) {
+      std::vector<int64_t> sizes = known_sizes(ctx, t, "block_diag");
+      if (sizes.size() > 2) ctx.unsupported("block_diag of a tensor of more than 2 dims");
+      while (sizes.size() < 2) sizes.insert(sizes.begin(), 1);
+      blocks.push_back(ctx.add("reshape", {ctx.cast(t, out)}, {{"shape", sizes}}));
+      shapes.push_back(sizes);
+      width += sizes[1];
+    }
+    int64_t left = 0;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      const int64_t right = width - left - shapes[k][1];
+      blocks[k] = ctx.add("pad", {blocks[k]}, {{"pad", std::vector<int64_t>{left, right}},
+                                               {"mode", std::string("constant")}, {"value", 0.0}});
+      left += shapes[k][1];
+    }
+    return {ctx.add("concat", blocks, {{"dim", int64_t{0}}})};
   });
   r.add("aten.view.default", reshape);
   r.add("aten._unsafe_view.default", reshape);
