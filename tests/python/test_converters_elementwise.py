@@ -446,3 +446,15 @@ def test_xlogy_and_xlog1py_within_logs_tolerance():
     check(lambda x: torch.xlogy(2.0, x), "x", ulp=3)
     check(lambda x: torch.xlogy(x, 3.0), "x", ulp=3)
     check(lambda x, p: torch.special.xlog1py(x, p), "x", "p", ulp=3)
+
+
+def test_rrelu_sinc_and_ldexp_follow_pytorchs_definitions():
+    """rrelu at inference is leaky_relu with its slope range's mean and ldexp is x · 2.0^e: eager's
+    bits. sinc is sin(π·x) / (π·x): sin's tolerance (eager calls libm's sinf) plus the quotient's
+    rounding."""
+    check(lambda x: F.rrelu(x, 0.1, 0.3, training=False), "x")
+    check(lambda x: F.rrelu(x), "x")
+    check(lambda x, i: torch.ldexp(x, i * 7), "x", "i")
+    check(lambda x, i: torch.ldexp(x.double(), i), "x", "i")
+    check(lambda x: torch.sinc(x), "x", ulp=3)
+    check(lambda i: torch.sinc(i), "i", ulp=3)

@@ -311,6 +311,30 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
       Value* y_or_zero = ctx.add("where", {ctx.add("eq", {x, zero}), zero, product});
       return {ctx.add("where", {ctx.add("isnan", {y}), y, y_or_zero})};
     });
+  // rrelu at inference: leaky_relu with the mean of its slope range, as PyTorch's eval mode; the
+  // noise passes through. Training draws random slopes: it stays in PyTorch.
+  r.add("aten.rrelu_with_noise_functional.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    if (ctx.boolean("training")) ctx.unsupported("rrelu in training mode (random slopes)");
+    const double lower = ctx.has("lower") ? ctx.number("lower") : 1.0 / 8;
+    const double upper = ctx.has("upper") ? ctx.number("upper") : 1.0 / 3;
+    return {ctx.add("leaky_relu", {ctx.tensor("self")}, {{"negative_slope", (lower + upper) / 2}}),
+            ctx.tensor("noise")};
+  });
+  // sinc: 1 at 0, else sin(π·x) / (π·x) with π·x rounded once, as PyTorch's kernel: sin's
+  // tolerance and the quotient's rounding.
+  r.add("aten.sinc.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    const DType out = ctx.output_dtype();
+    Value* x = ctx.cast(ctx.tensor("self"), out);
+    Value* product = ctx.add("mul", {x, ctx.scalar(M_PI, out)});
+    Value* quotient = ctx.add("div", {ctx.add("sin", {product}), product});
+    return {ctx.add("where", {ctx.add("eq", {x, ctx.scalar(0, out)}), ctx.scalar(1, out), quotient})};
+  });
+  // ldexp(x, e) = x · 2.0^e, PyTorch's own definition (2.0 a Python float).
+  r.add("aten.ldexp.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* power = ctx.add("pow", {ctx.scalar(2.0, DType::F64), ctx.tensor("other")},
+                           {{"wrapped_numbers", std::vector<int64_t>{0}}});
+    return {ctx.add("mul", {ctx.tensor("self"), power})};
+  });
   r.add("aten.leaky_relu.default", unary("leaky_relu", {"negative_slope"}));
   r.add("aten.elu.default", unary("elu", {"alpha", "scale", "input_scale"}));
   r.add("aten.softplus.default", unary("softplus", {"beta", "threshold"}));
