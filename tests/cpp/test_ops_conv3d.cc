@@ -2,6 +2,7 @@
 // and the oneDNN kernel (which reorders plain x and y around its primitive) against the
 // reference.
 #include "kernel_harness.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace kiln {
 namespace {
@@ -58,12 +59,45 @@ TEST(OpsConv3d, ReferenceMatchesHandComputedValues) {
             (std::vector<float>{10.5, 20.5, 299, 399}));
 }
 
+struct Case {
+  Ints x, w;
+  AttrMap attrs;
+};
+
+// `kernel` against the reference loops on random x, w and bias (runtime or constant weights),
+// within the dot-product bound of the window's terms.
+void expect_matches_reference(const std::string& kernel, const Case& c, std::mt19937& rng) {
+  for (bool constant : {false, true}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(kernel + " x" + shape_string(c.x) + " w" + shape_string(c.w) +
+                   (constant ? " constant" : "") + (bias ? " bias" : ""));
+      std::vector<Tensor> inputs = {test::random_tensor(DType::F32, c.x, rng, -1, 1),
+                                    test::random_tensor(DType::F32, c.w, rng, -1, 1)};
+      Graph graph;
+      std::vector<Value*> operands{graph.add_input("x", f32(c.x))};
+      operands.push_back(constant ? graph.add_constant("w", inputs[1]) : graph.add_input("w", f32(c.w)));
+      if (bias) {
+        inputs.push_back(test::random_tensor(DType::F32, {c.w[0]}, rng, -1, 1));
+        operands.push_back(constant ? graph.add_constant("b", inputs[2]) : graph.add_input("b", f32({c.w[0]})));
+      }
+      graph.add("conv3d", operands, c.attrs);
+      for (int threads : {1, 2}) {
+        const KernelSpec spec = test::spec_with_constants(*graph.nodes().at(0), threads);
+        ASSERT_EQ(test::kernel_of("conv3d", kernel).unsupported_reason(spec), "");
+        Tensor expected = test::create_and_run("conv3d", "reference", spec, inputs);
+        std::vector<Tensor> magnitudes;
+        for (const Tensor& t : inputs) magnitudes.push_back(test::abs_of(t));
+        Tensor magnitude = test::create_and_run("conv3d", "reference", spec, magnitudes);
+        Tensor got = test::create_and_run("conv3d", kernel, spec, inputs);
+        test::expect_within_dot_bound(got, expected, magnitude,
+                                      c.w[1] * c.w[2] * c.w[3] * c.w[4] + (bias ? 1 : 0), kernel);
+      }
+    }
+  }
+}
+
 TEST(OpsConv3d, OneDnnMatchesReference) {
   std::mt19937 rng(43);
-  struct Case {
-    Ints x, w;
-    AttrMap attrs;
-  };
   const std::vector<Case> cases = {
       {{1, 3, 4, 32, 32}, {16, 3, 2, 8, 8}, {{"stride", Ints{2, 8, 8}}}},  // a video model's tubelets
       {{2, 8, 5, 9, 9}, {8, 8, 3, 3, 3}, {{"padding", Ints{1, 1, 1}}}},
@@ -73,33 +107,7 @@ TEST(OpsConv3d, OneDnnMatchesReference) {
        {{"padding", Ints{0, 1, 1, 1, 2, 0}}, {"dilation", Ints{1, 2, 2}}, {"groups", int64_t{2}}}},
       {{1, 3, 1, 1, 1}, {5, 3, 1, 1, 1}, {}},
   };
-  for (const Case& c : cases) {
-    for (bool constant : {false, true}) {
-      for (bool bias : {false, true}) {
-        SCOPED_TRACE("x" + shape_string(c.x) + " w" + shape_string(c.w) + (constant ? " constant" : "") +
-                     (bias ? " bias" : ""));
-        std::vector<Tensor> inputs = {test::random_tensor(DType::F32, c.x, rng, -1, 1),
-                                      test::random_tensor(DType::F32, c.w, rng, -1, 1)};
-        Graph graph;
-        std::vector<Value*> operands{graph.add_input("x", f32(c.x))};
-        operands.push_back(constant ? graph.add_constant("w", inputs[1]) : graph.add_input("w", f32(c.w)));
-        if (bias) {
-          inputs.push_back(test::random_tensor(DType::F32, {c.w[0]}, rng, -1, 1));
-          operands.push_back(constant ? graph.add_constant("b", inputs[2]) : graph.add_input("b", f32({c.w[0]})));
-        }
-        graph.add("conv3d", operands, c.attrs);
-        const KernelSpec spec = test::spec_with_constants(*graph.nodes().at(0));
-        ASSERT_EQ(test::kernel_of("conv3d", "onednn").unsupported_reason(spec), "");
-        Tensor expected = test::create_and_run("conv3d", "reference", spec, inputs);
-        std::vector<Tensor> magnitudes;
-        for (const Tensor& t : inputs) magnitudes.push_back(test::abs_of(t));
-        Tensor magnitude = test::create_and_run("conv3d", "reference", spec, magnitudes);
-        Tensor got = test::create_and_run("conv3d", "onednn", spec, inputs);
-        test::expect_within_dot_bound(got, expected, magnitude, c.w[1] * c.w[2] * c.w[3] * c.w[4] + (bias ? 1 : 0),
-                                      "onednn");
-      }
-    }
-  }
+  for (const Case& c : cases) expect_matches_reference("onednn", c, rng);
   // Empty batches and f64 go to the reference.
   Graph g;
   g.add("conv3d", {g.add_input("x", f32({0, 3, 4, 4, 4})), g.add_input("w", f32({4, 3, 3, 3, 3}))});
@@ -109,6 +117,45 @@ TEST(OpsConv3d, OneDnnMatchesReference) {
                    g.add_input("w64", type_of(DType::F64, {4, 3, 3, 3, 3}))});
   EXPECT_EQ(test::kernel_of("conv3d", "onednn").unsupported_reason(test::spec_with_constants(*g.nodes()[1])),
             "f32 only");
+}
+
+// Kiln's depthwise kernel: every output row width around its 8-column vectors and 32-column
+// passes, strides 1 to 3 (the phase split), dilation, symmetric and asymmetric padding, padding
+// wider than the kernel reads, 1-wide and 5-wide windows, two batches; declines what isn't
+// depthwise.
+TEST(OpsConv3d, DepthwiseKernelMatchesReference) {
+  if (!cpu::isa_unavailable_reason(cpu::Isa::Avx2).empty()) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(45);
+  auto depthwise = [](int64_t channels, Ints x_spatial, Ints kernel, AttrMap attrs) {
+    Ints x{2, channels};
+    x.insert(x.end(), x_spatial.begin(), x_spatial.end());
+    Ints w{channels, 1};
+    w.insert(w.end(), kernel.begin(), kernel.end());
+    attrs["groups"] = channels;
+    return Case{x, w, attrs};
+  };
+  const std::vector<Case> cases = {
+      depthwise(3, {4, 7, 1}, {3, 3, 3}, {{"padding", Ints{1, 1, 1}}}),
+      depthwise(5, {3, 6, 8}, {3, 3, 3}, {{"padding", Ints{1, 1, 1}}}),
+      depthwise(2, {2, 5, 9}, {1, 3, 3}, {{"padding", Ints{0, 1, 1}}}),
+      depthwise(4, {5, 4, 33}, {3, 1, 1}, {{"padding", Ints{1, 0, 0}}}),
+      depthwise(3, {4, 9, 40}, {3, 3, 3}, {{"padding", Ints{1, 1, 1}}, {"stride", Ints{1, 2, 2}}}),
+      depthwise(2, {6, 11, 29}, {3, 3, 3}, {{"stride", Ints{2, 3, 3}}}),
+      depthwise(2, {5, 9, 17}, {3, 3, 3},
+                {{"padding", Ints{2, 2, 2}}, {"dilation", Ints{2, 2, 2}}, {"stride", Ints{1, 1, 2}}}),
+      depthwise(3, {3, 8, 12}, {2, 5, 5}, {{"padding", Ints{0, 1, 2, 1, 3, 4}}}),
+      depthwise(2, {1, 3, 3}, {1, 1, 1}, {{"padding", Ints{1, 4, 4}}}),
+  };
+  for (const Case& c : cases) expect_matches_reference("depthwise", c, rng);
+
+  Graph g;
+  g.add("conv3d", {g.add_input("x", f32({1, 4, 3, 5, 5})), g.add_input("w", f32({4, 2, 3, 3, 3}))},
+        {{"groups", int64_t{2}}});
+  g.add("conv3d", {g.add_input("x2", f32({1, 4, 3, 5, 5})), g.add_input("w2", f32({8, 1, 3, 3, 3}))},
+        {{"groups", int64_t{4}}});
+  for (const Node* node : g.nodes())
+    EXPECT_EQ(test::kernel_of("conv3d", "depthwise").unsupported_reason(test::spec_with_constants(*node)),
+              "not depthwise (one filter per channel)");
 }
 
 TEST(OpsConv3d, InfersShapes) {
