@@ -72,6 +72,7 @@ ALIASES = {
     "float_power": "pow",
     "norm": "linalg_vector_norm",
     "nn.functional.normalize": "linalg_vector_norm",
+    "cdist": "_cdist_forward",
 }
 
 # OpInfos whose op seeds the RNG first (wrapper_set_seed), which dynamo can't trace, so nothing

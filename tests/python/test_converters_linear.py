@@ -157,3 +157,28 @@ def test_grouped_mm_on_experts_weights_prepacked_or_in_place(in_place):
     prepacked = report.partitions[0].memory["prepacked_bytes"]
     # oneDNN's blocked layout pads N and K up to its blocks: at least the weights' own bytes.
     assert prepacked == 0 if in_place else prepacked >= 4 * 40 * 24 * 4, str(report)
+
+
+_CG = torch.Generator().manual_seed(3)
+_ROWS = (torch.randn(2, 40, 16, generator=_CG), torch.randn(2, 30, 16, generator=_CG))
+_FEW = (torch.randn(7, 5, generator=_CG), torch.randn(9, 5, generator=_CG))
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda a, b: torch.cdist(a, b), _ROWS),  # over 25 rows: the matrix-product form
+    (lambda a, b: torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"), _FEW),
+    (lambda a, b: torch.cdist(a, b), _FEW),
+    (lambda a, b: torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"), _ROWS),
+    (lambda a, b: torch.cdist(a, b[0]), _ROWS),
+    (lambda a, b: torch.cdist(a, b, p=1), _FEW),
+    (lambda a, b: torch.cdist(a, b, p=float("inf")), _FEW),
+    (lambda a, b: torch.cdist(a.round(), b.round(), p=0), _FEW),
+    (lambda a, b: torch.cdist(a, b, p=3), _FEW),
+], ids=["matmul_form", "matmul_form_asked", "differences", "differences_asked", "broadcast",
+        "p1", "p_inf", "p0", "p3"])
+def test_cdist_takes_pytorchs_algorithm(fn, args):
+    """cdist in the algorithm PyTorch picks for p and the row counts (Mimi's quantizer measures
+    its codebook this way): within f32 rounding of eager, exact for p = 0 and inf."""
+    expected = fn(*args)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(*args)
+    torch.testing.assert_close(got, expected)

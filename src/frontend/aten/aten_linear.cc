@@ -1,4 +1,7 @@
-// Matrix products → Kiln's matmul (+ add for a bias).
+// Matrix products → Kiln's matmul (+ add for a bias); distances (cdist) through it.
+#include <cmath>
+#include <limits>
+
 #include "frontend/converter.h"
 
 namespace kiln {
@@ -39,6 +42,70 @@ std::vector<Value*> grouped_mm(ConvertContext& ctx, const char* input, const cha
   return {ctx.add("grouped_matmul", {a, b, ctx.tensor("offs")})};
 }
 
+// PyTorch's _euclidean_dist: every row pair's distance as [-2·x1, |x1|², 1] @ [x2, 1, |x2|²]ᵀ,
+// clamped at 0 and square-rooted (fast, but near-equal rows lose their distance to cancellation,
+// in eager too).
+Value* euclidean_dist(ConvertContext& ctx, Value* x1, Value* x2) {
+  const DType dtype = x1->type().dtype;
+  auto squares = [&](Value* x) {
+    return ctx.add("sum", {ctx.add("mul", {x, x})},
+                   {{"dim", std::vector<int64_t>{-1}}, {"keepdim", true}});
+  };
+  auto ones = [&](Value* norms) {
+    return ctx.add("add", {ctx.add("mul", {norms, ctx.scalar(0, dtype)}), ctx.scalar(1, dtype)});
+  };
+  Value* n1 = squares(x1);
+  Value* n2 = squares(x2);
+  Value* a = ctx.add("concat", {ctx.add("mul", {x1, ctx.scalar(-2, dtype)}), n1, ones(n1)},
+                     {{"dim", int64_t{-1}}});
+  Value* b = ctx.add("concat", {x2, ones(n2), n2}, {{"dim", int64_t{-1}}});
+  const int64_t rank = static_cast<int64_t>(x2->type().rank());
+  std::vector<int64_t> swap(rank);
+  for (int64_t d = 0; d < rank; ++d) swap[d] = d;
+  std::swap(swap[rank - 1], swap[rank - 2]);
+  Value* product = ctx.add("matmul", {a, ctx.add("permute", {b}, {{"dims", swap}})});
+  Value* clamped = ctx.add(
+      "clamp", {product}, {{"min", 0.0}, {"max", std::numeric_limits<double>::infinity()}});
+  return ctx.add("sqrt", {clamped});
+}
+
+// _cdist_forward(x1 [..., R1, M], x2 [..., R2, M], p, compute_mode): as PyTorch's, the matrix
+// product form for p = 2 with compute_mode 1, or 0 (the default) and more than 25 rows on a side;
+// otherwise the rows' differences reduced over M: sqrt of the sum of squares (2), the sum of
+// absolute values (1), their maximum (inf), the count of nonzeros (0), or (sum |d|^p)^(1/p).
+std::vector<Value*> cdist(ConvertContext& ctx) {
+  Value* x1 = ctx.tensor("x1");
+  Value* x2 = ctx.tensor("x2");
+  const double p = ctx.number("p");
+  const int64_t mode = ctx.has("compute_mode") ? ctx.integer("compute_mode") : 0;
+  const Shape& s1 = x1->type().shape;
+  const Shape& s2 = x2->type().shape;
+  if (s1.size() < 2 || s2.size() < 2) ctx.unsupported("cdist of tensors under 2 dims");
+  const Dim r1 = s1[s1.size() - 2], r2 = s2[s2.size() - 2];
+  const DType dtype = x1->type().dtype;
+  const std::vector<int64_t> last{-1};
+  if (p == 2 && mode == 0 && (!r1.is_static() || !r2.is_static()))
+    ctx.unsupported("cdist over a dynamic count of rows (PyTorch picks its algorithm by it)");
+  if (p == 2 && (mode == 1 || (mode == 0 && (r1.size() > 25 || r2.size() > 25))))
+    return {euclidean_dist(ctx, x1, x2)};
+  Value* difference = ctx.add("sub", {ctx.add("unsqueeze", {x1}, {{"dim", int64_t{-2}}}),
+                                      ctx.add("unsqueeze", {x2}, {{"dim", int64_t{-3}}})});
+  Value* magnitude = ctx.add("abs", {difference});
+  if (p == 0)
+    return {ctx.cast(ctx.add("sum", {ctx.add("ne", {magnitude, ctx.scalar(0, dtype)})},
+                             {{"dim", last}}),
+                     dtype)};
+  if (p == 1) return {ctx.add("sum", {magnitude}, {{"dim", last}})};
+  if (std::isinf(p)) return {ctx.add("amax", {magnitude}, {{"dim", last}})};
+  if (p == 2)
+    return {ctx.add("sqrt", {ctx.add("sum", {ctx.add("mul", {magnitude, magnitude})},
+                                     {{"dim", last}})})};
+  Value* powers = ctx.add("pow", {magnitude, ctx.scalar(p, DType::F64)},
+                          {{"wrapped_numbers", std::vector<int64_t>{1}}});
+  return {ctx.add("pow", {ctx.add("sum", {powers}, {{"dim", last}}), ctx.scalar(1 / p, DType::F64)},
+                  {{"wrapped_numbers", std::vector<int64_t>{1}}})};
+}
+
 }  // namespace
 
 void register_aten_linear_converters(ConverterRegistry& r) {
@@ -52,6 +119,10 @@ void register_aten_linear_converters(ConverterRegistry& r) {
     return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("tensor")})};
   });
   r.add("aten.addmm.default", bias_matmul("mat1", "mat2"));
+  r.add("aten._cdist_forward.default", cdist);
+  r.add("aten._euclidean_dist.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {euclidean_dist(ctx, ctx.tensor("x1"), ctx.tensor("x2"))};
+  });
   r.add("transformers.grouped_mm_fallback.default", [](ConvertContext& ctx) {
     return grouped_mm(ctx, "input", "weight");
   });
