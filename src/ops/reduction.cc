@@ -13,7 +13,9 @@
 //   max_dim, min_dim   (values, indices) over one int `dim`: PyTorch's max.dim / min.dim
 // Along one dim (`dim`, an int):
 //   log_softmax(dim)   f32, f64
-//   cumsum(dim)        every dtype; integers and bool give i64
+//   cumsum(dim), cumprod(dim)   every dtype; integers and bool give i64
+//   logcumsumexp(dim)  floats
+//   cummax(dim), cummin(dim)    every dtype; (values, i64 indices)
 //   topk(k, dim = -1, largest = true, sorted = true)  numbers; (values, i64 indices), always
 //                      sorted, ties by lower index, NaN above every number; k = -1 takes every
 //                      element (a sort, also along a symbolic dim)

@@ -529,3 +529,21 @@ def test_dynamic_bench_small_run_writes_markdown_and_json(tmp_path):
     text = md.read_text()
     assert "| bert-base | 2 | 16 |" in text and "dynamic/static" in text
     assert "sum of the static compiles" in text and text in run.stdout
+
+
+def test_scans_and_searchsorted_take_a_dynamic_dim():
+    """The running folds, cummax and bucketize over a symbolic dim: one graph for every size,
+    eager's bits at each."""
+    edges = torch.tensor([-1.0, 0.0, 1.0])
+
+    def fn(x):
+        return (torch.cumprod(1 + x / 8, 1), torch.cummax(x, 1)[1], torch.bucketize(x, edges),
+                torch.logcumsumexp(x, 0))
+
+    counter = kiln_counter()
+    compiled = torch.compile(fn, backend=counter, dynamic=True)
+    for n in (5, 9, 17):
+        x = torch.randn(3, n, generator=torch.Generator().manual_seed(n))
+        for got, expected in zip(compiled(x), fn(x)):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert counter.frame_count == 1
