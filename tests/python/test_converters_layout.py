@@ -178,10 +178,11 @@ _T = torch.randn(2, 3, 4, generator=_G)
     (lambda x: torch.diagonal(x, 1, 2, 0) * 2, _T),
     (lambda x: torch.diag_embed(x), _M),
     (lambda x: torch.diag_embed(x, -1, 0, 2), _T),
+    (lambda x: torch.diag_embed(x[:, :0], 2), _M),  # no diagonal: zeros of [4, 2, 2]
     (lambda x: torch.block_diag(x[:2], x[0], torch.tensor(3.0), x[:3, :2].int()), _M),
     (lambda x: torch.narrow_copy(x, 1, 1, 3), _M),
 ], ids=["rot90", "rot90_back", "rot90_twice", "rot90_whole_turn", "diag", "diag_below",
-        "diag_empty", "diag_of_a_row", "diagonal_3d", "diag_embed", "diag_embed_dims",
+        "diag_empty", "diag_of_a_row", "diagonal_3d", "diag_embed", "diag_embed_dims", "diag_embed_empty",
         "block_diag", "narrow_copy"])
 def test_diagonal_and_rotation_composites(fn, x):
     expected = fn(x)

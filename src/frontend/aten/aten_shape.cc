@@ -199,17 +199,16 @@ void register_aten_shape_converters(ConverterRegistry& r) {
     if (d1 == d2) ctx.unsupported("diag_embed dims that are the same (PyTorch refuses them)");
     Value* padded = ctx.add("pad", {x}, {{"pad", std::vector<int64_t>{0, 1}},
                                          {"mode", std::string("constant")}, {"value", 0.0}});
-    const int64_t outer = num_elements(sizes) / std::max<int64_t>(n, 1);
+    std::vector<int64_t> blocks(sizes.begin(), sizes.end() - 1);
+    const int64_t outer = num_elements(blocks);
     std::vector<int64_t> positions;
-    for (int64_t o = 0; o < (n ? outer : 0); ++o)
+    for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < m; ++j)
           positions.push_back(o * (n + 1) + (j - i == offset ? (offset >= 0 ? i : j) : n));
-    std::vector<int64_t> blocks(sizes.begin(), sizes.end() - 1);
     blocks.push_back(m);
     blocks.push_back(m);
-    Value* y = n ? pick(ctx, padded, positions, blocks)
-                 : ctx.add("reshape", {padded}, {{"shape", blocks}});  // n = 0: nothing to gather
+    Value* y = pick(ctx, padded, positions, blocks);
     // The two new dims, last in y, to dim1 and dim2.
     std::vector<int64_t> perm;
     int64_t kept = 0;
