@@ -177,9 +177,10 @@ std::string depthwise_unsupported(const KernelSpec& spec) {
 }
 
 std::unique_ptr<KernelInstance> create_depthwise(const KernelSpec& spec) {
-  return make_kernel([g = geometry_of(spec), bias = has_bias(spec), threads = spec.threads](
+  return make_kernel([plan = cpu::avx2::plan_depthwise_conv3d(geometry_of(spec)),
+                      bias = has_bias(spec), threads = spec.threads](
                          std::span<const void* const> in, std::span<void* const> out) {
-    cpu::avx2::depthwise_conv3d(g, static_cast<const float*>(in[0]),
+    cpu::avx2::depthwise_conv3d(plan, static_cast<const float*>(in[0]),
                                 static_cast<const float*>(in[1]),
                                 bias ? static_cast<const float*>(in[2]) : nullptr,
                                 static_cast<float*>(out[0]), threads);

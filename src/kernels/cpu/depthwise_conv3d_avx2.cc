@@ -22,31 +22,12 @@ namespace {
 
 constexpr int64_t kLanes = 8;
 
-struct PaddedPlane {
-  int64_t depth = 0, height = 0, phases = 1, phase_width = 0;
-  int64_t row() const { return phases * phase_width; }
-  int64_t size() const { return depth * height * row() + kLanes; }  // + a vector's overread
-};
-
-PaddedPlane padded_plane(const Conv3dGeometry& g) {
-  PaddedPlane p;
-  // Only the padded extent that some output reads: up to the last tap of the last output.
-  auto extent = [&](size_t a) {
-    return (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dilation[a] + 1;
-  };
-  p.depth = extent(0);
-  p.height = extent(1);
-  p.phases = g.stride[2];
-  // Phase q holds padded columns q, q + s, ...; an output block reads up to its last column plus
-  // the largest tap offset within a phase.
-  p.phase_width = g.out[2] + ((g.kernel[2] - 1) * g.dilation[2]) / g.stride[2] + kLanes;
-  return p;
-}
+using PaddedPlane = DepthwiseConv3dPlan;
 
 // Copies channel plane x[D][H][W] into `plane`, zero where the window reads padding.
 KILN_TARGET_AVX2 void fill_plane(const Conv3dGeometry& g, const PaddedPlane& p, const float* x,
                                  float* plane) {
-  std::fill(plane, plane + p.size(), 0.0f);
+  std::fill(plane, plane + p.plane_size(), 0.0f);
   const int64_t s = p.phases;
   // Padded column c = input column + pad, into phase c % s at c / s; the input columns past the
   // last one any output reads are left out.
@@ -148,7 +129,8 @@ void run(int rows, int blocks, const Tile& t) {
 }
 
 void conv_plane(const Conv3dGeometry& g, const PaddedPlane& p, const float* plane,
-                const std::vector<int64_t>& offsets, const float* w, float bias, float* y) {
+                const float* w, float bias, float* y) {
+  const std::vector<int64_t>& offsets = p.offsets;
   const auto [od, oh, ow] = g.out;
   for (int64_t oz = 0; oz < od; ++oz)
     for (int64_t x0 = 0; x0 < ow; x0 += 4 * kLanes) {
@@ -172,29 +154,46 @@ void conv_plane(const Conv3dGeometry& g, const PaddedPlane& p, const float* plan
 
 }  // namespace
 
-void depthwise_conv3d(const Conv3dGeometry& g, const float* x, const float* w, const float* bias,
-                      float* y, int threads) {
-  const PaddedPlane p = padded_plane(g);
-  const int64_t in_volume = g.in[0] * g.in[1] * g.in[2];
-  const int64_t out_volume = g.out[0] * g.out[1] * g.out[2];
-  // Each tap's offset in the padded plane, in the weights' (depth, row, column) order.
-  std::vector<int64_t> offsets;
+int64_t DepthwiseConv3dPlan::plane_size() const {
+  return depth * height * row() + kLanes;  // + a vector's overread
+}
+
+DepthwiseConv3dPlan plan_depthwise_conv3d(const Conv3dGeometry& g) {
+  DepthwiseConv3dPlan p{.g = g};
+  // Only the padded extent that some output reads: up to the last tap of the last output.
+  auto extent = [&](size_t a) {
+    return (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dilation[a] + 1;
+  };
+  p.depth = extent(0);
+  p.height = extent(1);
+  p.phases = g.stride[2];
+  // Phase q holds padded columns q, q + s, ...; an output block reads up to its last column plus
+  // the largest tap offset within a phase.
+  p.phase_width = g.out[2] + ((g.kernel[2] - 1) * g.dilation[2]) / g.stride[2] + kLanes;
   for (int64_t i = 0; i < g.kernel[0]; ++i)
     for (int64_t j = 0; j < g.kernel[1]; ++j)
       for (int64_t k = 0; k < g.kernel[2]; ++k) {
         const int64_t column = k * g.dilation[2];
-        offsets.push_back((i * g.dilation[0] * p.height + j * g.dilation[1]) * p.row() +
-                          (column % p.phases) * p.phase_width + column / p.phases);
+        p.offsets.push_back((i * g.dilation[0] * p.height + j * g.dilation[1]) * p.row() +
+                            (column % p.phases) * p.phase_width + column / p.phases);
       }
-  const int64_t taps = static_cast<int64_t>(offsets.size());
+  return p;
+}
+
+void depthwise_conv3d(const DepthwiseConv3dPlan& p, const float* x, const float* w,
+                      const float* bias, float* y, int threads) {
+  const Conv3dGeometry& g = p.g;
+  const int64_t in_volume = g.in[0] * g.in[1] * g.in[2];
+  const int64_t out_volume = g.out[0] * g.out[1] * g.out[2];
+  const int64_t taps = static_cast<int64_t>(p.offsets.size());
   parallel_chunks(g.n * g.c, out_volume * taps, threads, [&](int64_t begin, int64_t end) {
     // Each thread keeps its plane across calls: no allocation once it has seen planes this big.
     thread_local std::vector<float> plane;
-    plane.resize(static_cast<size_t>(p.size()));
+    plane.resize(static_cast<size_t>(p.plane_size()));
     for (int64_t nc = begin; nc < end; ++nc) {
       const int64_t channel = nc % g.c;
       fill_plane(g, p, x + nc * in_volume, plane.data());
-      conv_plane(g, p, plane.data(), offsets, w + channel * taps, bias ? bias[channel] : 0.0f,
+      conv_plane(g, p, plane.data(), w + channel * taps, bias ? bias[channel] : 0.0f,
                  y + nc * out_volume);
     }
   });
