@@ -710,6 +710,8 @@ TEST(OpsReduction, VectorizedLogSoftmaxMatchesReference) {
       {{1}, 0},         {{3}, 0},        {{5, 17}, 1},     {{300, 33}, -1}, {{1 << 20}, 0},
       {{17, 7}, 0},     {{4, 17, 3}, 1}, {{2, 5, 37}, 1},  {{131072, 8}, 0}, {{3, 500, 21}, 1},
       {{0, 5}, 1},      {{5, 0}, 1},     {{5, 0}, 0},      {{}, 0},
+      // Columns in chunks of 512 with a partial last vector; one outer index split in two.
+      {{2, 41, 1100}, 1}, {{1, 30, 1000}, 1},
   };
   for (const auto& [sizes, dim] : cases)
     for (int variant : {0, 3}) {

@@ -30,6 +30,7 @@ namespace {
 // zeroes its upper 128 bits (sums lost their upper 4 lanes once row_block had a second caller;
 // -Wpsabi says nothing). So no vector aggregate is returned across a call here.
 #define KILN_AVX2_INLINE KILN_TARGET_AVX2 inline __attribute__((always_inline))
+#define KILN_AVX2_INLINE_LAMBDA KILN_TARGET_AVX2 __attribute__((always_inline))
 
 KILN_AVX2_INLINE __m256 all_lanes() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
 KILN_AVX2_INLINE __m256d low_half(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
@@ -443,21 +444,6 @@ struct Strip {
   KILN_TARGET_AVX2 void results(const std::array<Acc, V>& partial, double* out) const {
     for (int j = 0; j < V; ++j) partial[j].store(out + 8 * j);
   }
-  // y[k, c] = x[k, c] - lane c's shift, in f64 and rounded once, for steps [begin, end).
-  KILN_TARGET_AVX2 void subtract(const double* c, T* y, int64_t begin, int64_t end) const {
-    const __m256i mask = last_mask();
-    for (int64_t k = begin; k < end; ++k) {
-      for (int j = 0; j < V; ++j) {
-        const __m256 v = load(x + k * stride, j, mask);
-        const __m256 r = _mm256_set_m128(
-            _mm256_cvtpd_ps(_mm256_sub_pd(high_half(v), _mm256_loadu_pd(c + 8 * j + 4))),
-            _mm256_cvtpd_ps(_mm256_sub_pd(low_half(v), _mm256_loadu_pd(c + 8 * j))));
-        T* out = y + k * stride + 8 * j;
-        if (kMaskLast && j == V - 1) store_part(out, last_width(), mask, r);
-        else store8(out, r);
-      }
-    }
-  }
 };
 
 // ---------------------------------------------------------------- passes
@@ -511,7 +497,8 @@ KILN_TARGET_AVX2 void reduce_lanes(const Item& item, const double* lane_params, 
 template <class Item>
 KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item,
                                   typename Item::Element* y, double correction, int split) {
-  double a[kStripWidth], b[kStripWidth];
+  // a zeroed: GCC 12 can't see that results() writes every lane store() reads.
+  double a[kStripWidth] = {}, b[kStripWidth];
   const int lanes = item.lanes();
   const double n = static_cast<double>(item.n);
   auto store = [&](auto value) {
@@ -553,12 +540,16 @@ KILN_TARGET_AVX2 void reduce_item(VectorReduction op, const Item& item,
         if (std::isinf(a[l])) a[l] = 0;
       reduce_lanes<ExpSumAcc>(item, a, split, b);
       return store([&](int l) { return a[l] + std::log(b[l]); });
-    case VectorReduction::LogSoftmax:
-      reduce_lanes<ExtremumAcc<true>>(item, nullptr, split, a);
-      reduce_lanes<ExpSumAcc>(item, a, split, b);
-      for (int l = 0; l < lanes; ++l) a[l] += std::log(b[l]);
-      parallel_chunks(item.n, Item::kStepElements, split,
-                      [&](int64_t begin, int64_t end) { item.subtract(a, y, begin, end); });
+    case VectorReduction::LogSoftmax:  // rows: columns take log_softmax_columns
+      if constexpr (requires { &Item::subtract; }) {
+        reduce_lanes<ExtremumAcc<true>>(item, nullptr, split, a);
+        reduce_lanes<ExpSumAcc>(item, a, split, b);
+        for (int l = 0; l < lanes; ++l) a[l] += std::log(b[l]);
+        parallel_chunks(item.n, Item::kStepElements, split,
+                        [&](int64_t begin, int64_t end) { item.subtract(a, y, begin, end); });
+      } else {
+        KILN_ASSERT(false, "log_softmax over columns goes through log_softmax_columns");
+      }
       return;
   }
 }
@@ -768,6 +759,104 @@ float RowFold::result(int64_t n) const {
 
 namespace {
 
+// ---------------------------------------------------------------- log_softmax over columns
+
+constexpr int64_t kChunkColumns = 512;       // a chunk's maxima, sums and shifts stay in L1
+constexpr int64_t kChunkBytes = 128 * 1024;  // and its rows in L2 across its three passes
+
+// The 8 columns of row from c, or the `rest` (1..7) that end the chunk (zeros past them).
+template <typename T>
+KILN_AVX2_INLINE __m256 load_columns(const T* row, int64_t c, int64_t full, int64_t rest,
+                                     __m256i mask, bool read_back) {
+  return c < full ? load8(row + c) : load_part(row + c, rest, mask, read_back);
+}
+
+// log_softmax down `width` (<= kChunkColumns) adjacent columns of n steps `stride` apart: the
+// columns' maxima, their f64 sums of exp(x - max) (x - max carried exactly into exp), then
+// x - (max + log(sum)) in f64, rounded once. Each pass reads whole rows of the chunk: strips of
+// 32 columns at a power-of-two stride (4 KB) put all their rows in 2 of L1's 64 sets and missed
+// on every pass (3x eager's time on [64, 32, 1024] over dim 1).
+template <typename T>
+KILN_TARGET_AVX2 void log_softmax_chunk(const T* x, T* y, int64_t n, int64_t stride,
+                                        int64_t width) {
+  alignas(32) float max[kChunkColumns];
+  alignas(32) double sum[kChunkColumns], shift[kChunkColumns];
+  const int64_t full = width / 8 * 8, rest = width - full;
+  const __m256i mask = tail_mask(rest);
+  const bool read_back = width >= 8;
+  auto load = [&](int64_t k, int64_t c) KILN_AVX2_INLINE_LAMBDA {
+    return load_columns(x + k * stride, c, full, rest, mask, read_back);
+  };
+  // Each pass takes rows kRows at a time, loading and storing a column's state once for them:
+  // the same order of operations as a row at a time.
+  constexpr int kRows = 4;
+  auto over_rows = [&](auto&& rows) KILN_TARGET_AVX2 {
+    int64_t k = 0;
+    for (; k + kRows <= n; k += kRows) rows.template operator()<kRows>(k);
+    for (; k < n; ++k) rows.template operator()<1>(k);
+  };
+  for (int64_t c = 0; c < width; c += 8) {
+    _mm256_store_ps(max + c, splat(-INFINITY));
+    _mm256_store_pd(sum + c, _mm256_setzero_pd());
+    _mm256_store_pd(sum + c + 4, _mm256_setzero_pd());
+  }
+  over_rows([&]<int R>(int64_t k) KILN_TARGET_AVX2 {
+    for (int64_t c = 0; c < width; c += 8) {
+      __m256 m = _mm256_load_ps(max + c);
+      for (int r = 0; r < R; ++r) m = ExtremumAcc<true>::pick(m, load(k + r, c));
+      _mm256_store_ps(max + c, m);
+    }
+  });
+  over_rows([&]<int R>(int64_t k) KILN_TARGET_AVX2 {
+    for (int64_t c = 0; c < width; c += 8) {
+      const __m256 m = _mm256_load_ps(max + c);
+      __m256 e[R];
+      for (int r = 0; r < R; ++r) e[r] = exp_minus(load(k + r, c), m);
+      if constexpr (R == 4) {
+        e[0] = _mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3]));
+      }
+      _mm256_store_pd(sum + c, _mm256_add_pd(_mm256_load_pd(sum + c), low_half(e[0])));
+      _mm256_store_pd(sum + c + 4, _mm256_add_pd(_mm256_load_pd(sum + c + 4), high_half(e[0])));
+    }
+  });
+  for (int64_t c = 0; c < width; ++c) shift[c] = static_cast<double>(max[c]) + std::log(sum[c]);
+  over_rows([&]<int R>(int64_t k) KILN_TARGET_AVX2 {
+    for (int64_t c = 0; c < width; c += 8) {
+      const __m256d low = _mm256_load_pd(shift + c), high = _mm256_load_pd(shift + c + 4);
+      for (int r = 0; r < R; ++r) {
+        const __m256 v = load(k + r, c);
+        const __m256 out = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(high_half(v), high)),
+                                           _mm256_cvtpd_ps(_mm256_sub_pd(low_half(v), low)));
+        T* to = y + (k + r) * stride + c;
+        if (c < full) store8(to, out);
+        else store_part(to, rest, mask, out);
+      }
+    }
+  });
+}
+
+// Chunks of columns as wide as kChunkBytes allows (a cache line at least), narrower where there
+// would be fewer chunks than threads. A column's arithmetic doesn't depend on its chunk: the
+// results don't change with the thread count.
+template <typename T>
+void log_softmax_columns(const T* x, T* y, ReduceExtents e, int threads) {
+  int64_t width = std::clamp<int64_t>(kChunkBytes / (std::max<int64_t>(e.n, 1) * 4) / 16 * 16,
+                                      16, kChunkColumns);
+  if (e.outer < threads) {
+    const int64_t per_outer = (threads + e.outer - 1) / e.outer;
+    width = std::min(width, std::max<int64_t>(16, (e.inner + per_outer - 1) / per_outer));
+  }
+  width = std::min(width, e.inner);
+  const int64_t chunks = (e.inner + width - 1) / width;
+  parallel_chunks(e.outer * chunks, e.n * width, threads, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t o = item / chunks, column = (item % chunks) * width;
+      const int64_t offset = o * e.n * e.inner + column;
+      log_softmax_chunk(x + offset, y + offset, e.n, e.inner, std::min(width, e.inner - column));
+    }
+  });
+}
+
 template <typename T>
 void reduce_elements(VectorReduction op, const T* x, T* y, ReduceExtents e, double correction,
                      int threads) {
@@ -787,12 +876,13 @@ void reduce_elements(VectorReduction op, const T* x, T* y, ReduceExtents e, doub
     });
     return;
   }
+  if (op == VectorReduction::LogSoftmax) return log_softmax_columns(x, y, e, threads);
   const int64_t strips = (e.inner + kStripWidth - 1) / kStripWidth;
   for_items(e.outer * strips, e.n * std::min(e.inner, kStripWidth), threads,
             [&](int64_t item, int split) {
               const int64_t o = item / strips, column = (item % strips) * kStripWidth;
               reduce_strip(op, x + o * e.n * e.inner + column,
-                           y + o * out_step * e.inner + column, e.n, e.inner,
+                           y + o * e.inner + column, e.n, e.inner,
                            std::min(kStripWidth, e.inner - column), correction, split);
             });
 }

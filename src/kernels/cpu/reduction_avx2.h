@@ -15,7 +15,8 @@
 //  * var and std accumulate in f64 (two passes: mean, then squared deviations from it).
 //  * logsumexp and log_softmax sum exp(x - max) as above (x - max carried exactly into exp), then
 //    add log(sum) and max in f64: the error is at most one f32 ULP of the result plus
-//    (T(n) + 3) * 2^-24.
+//    (T(n) + 3) * 2^-24. log_softmax over columns sums each column's terms serially in f64
+//    (chunks of whole rows, for the caches), well within that bound.
 #pragma once
 
 #include <cstdint>
