@@ -4,10 +4,11 @@
 //             cos, tanh, sigmoid, erf, gelu (approximate), silu, mish, hardswish, hardsigmoid,
 //             leaky_relu (negative_slope), elu (alpha, scale, input_scale), softplus (beta,
 //             threshold), hardtanh (min_val, max_val), clamp (min, max), floor, ceil, trunc,
-//             round (decimals), isnan, isinf, logical_not
+//             round (decimals), isnan, isinf, logical_not, bitwise_not
 //   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod,
 //             remainder, atan2, hypot, logaddexp, copysign, eq, ne, lt, le, gt, ge,
-//             logical_and, logical_or, logical_xor
+//             logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
+//             bitwise_left_shift, bitwise_right_shift
 //   ternary:  where (condition, a, b)
 //
 // Each op is one table entry: a scalar functor (its operator() a template over the element type
@@ -70,6 +71,8 @@ constexpr Rule kFloating{kAll, Compute::FloatIfInteger, false};
 constexpr Rule kFloatOnly{kFloats, Compute::Promoted, false};
 constexpr Rule kPredicate{kAll, Compute::Promoted, true};
 constexpr Rule kLogical{kAll, Compute::Bool, true};
+constexpr Rule kBitwise{kIntegers | kBool, Compute::Promoted, false};
+constexpr Rule kIntegerOnly{kIntegers, Compute::Promoted, false};
 
 unsigned category_of(DType d) {
   if (d == DType::Bool) return kBool;
@@ -295,6 +298,34 @@ struct LogicalXor {
 };
 struct LogicalNot {
   bool operator()(bool x) const { return !x; }
+};
+
+// Bitwise ops on integers and bools (bool & bool is logical and, as in PyTorch).
+template <typename Op>
+struct Bitwise {
+  template <typename T> T operator()(T a, T b) const { return static_cast<T>(Op{}(a, b)); }
+};
+struct BitwiseNot {
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>) return !x;
+    else return static_cast<T>(~x);
+  }
+};
+// PyTorch's shifts: a count below 0 or past the type's width gives 0 to the left and the sign
+// fill to the right, where C++ leaves the result undefined.
+struct LeftShift {
+  template <typename T> T operator()(T a, T b) const {
+    constexpr int kBits = 8 * sizeof(T);
+    if (static_cast<std::make_signed_t<T>>(b) < 0 || b >= kBits) return 0;
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) << b);
+  }
+};
+struct RightShift {
+  template <typename T> T operator()(T a, T b) const {
+    constexpr int kLastShift = 8 * sizeof(T) - std::is_signed_v<T>;
+    if (static_cast<std::make_signed_t<T>>(b) < 0 || b >= kLastShift) return a >> kLastShift;
+    return a >> b;
+  }
 };
 
 struct Where {
@@ -816,6 +847,7 @@ const std::vector<OpEntry>& op_table() {
       entry<Neg, kNumeric>("neg", {}, KILN_AVX2(unary_avx2<&cpu::avx2::neg>)),
       entry<Abs, kNumeric>("abs", {}, KILN_AVX2(unary_avx2<&cpu::avx2::abs>)),
       entry<Sign, kAny>("sign"),
+      entry<BitwiseNot, kBitwise>("bitwise_not"),
       entry<Exp, kFloating>("exp", {}, KILN_AVX2(unary_avx2<&cpu::avx2::exp>)),
       entry<Expm1, kFloating>("expm1", {}, KILN_AVX2(unary_avx2<&cpu::avx2::expm1>)),
       entry<Log, kFloating>("log", {}, KILN_AVX2(unary_avx2<&cpu::avx2::log>)),
@@ -923,6 +955,11 @@ const std::vector<OpEntry>& op_table() {
       entry<LogicalAnd, kLogical, 2>("logical_and"),
       entry<LogicalOr, kLogical, 2>("logical_or"),
       entry<LogicalXor, kLogical, 2>("logical_xor"),
+      entry<Bitwise<std::bit_and<>>, kBitwise, 2>("bitwise_and"),
+      entry<Bitwise<std::bit_or<>>, kBitwise, 2>("bitwise_or"),
+      entry<Bitwise<std::bit_xor<>>, kBitwise, 2>("bitwise_xor"),
+      entry<LeftShift, kIntegerOnly, 2>("bitwise_left_shift"),
+      entry<RightShift, kIntegerOnly, 2>("bitwise_right_shift"),
       // ternary
       entry<Where, kAny, 3, true>("where", {}, KILN_AVX2(where_avx2)),
   };

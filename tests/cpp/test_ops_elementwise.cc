@@ -631,6 +631,67 @@ TEST(OpsElementwise, ReferenceIntegerDivisionFollowsPyTorch) {
             (std::vector<int32_t>{0, -1, 1, 1, 689956897}));
 }
 
+// Bitwise ops on integers and bools, and shifts with PyTorch's results for counts below 0 or past
+// the width (C++ leaves those undefined): 0 to the left, the sign fill to the right.
+TEST(OpsElementwise, ReferenceBitwiseOpsFollowPyTorch) {
+  auto binary = [](const std::string& op, DType dtype, const Tensor& a, const Tensor& b) {
+    OneNode node(op, {type_of(dtype, a.sizes()), type_of(dtype, b.sizes())});
+    return test::run_kernel(*node.node, "reference", {a, b})[0];
+  };
+  const Tensor a32 = tensor_from<int32_t>({3}, {12, -1, 0x0F0F});
+  const Tensor b32 = tensor_from<int32_t>({3}, {10, 5, 0x00FF});
+  EXPECT_EQ(test::values_of<int32_t>(binary("bitwise_and", DType::I32, a32, b32)),
+            (std::vector<int32_t>{8, 5, 0x000F}));
+  EXPECT_EQ(test::values_of<int32_t>(binary("bitwise_or", DType::I32, a32, b32)),
+            (std::vector<int32_t>{14, -1, 0x0FFF}));
+  EXPECT_EQ(test::values_of<int32_t>(binary("bitwise_xor", DType::I32, a32, b32)),
+            (std::vector<int32_t>{6, -6, 0x0FF0}));
+  const Tensor t = tensor_from<bool>({4}, {true, true, false, false});
+  const Tensor u = tensor_from<bool>({4}, {true, false, true, false});
+  EXPECT_EQ(test::values_of<bool>(binary("bitwise_xor", DType::Bool, t, u)),
+            (std::vector<bool>{false, true, true, false}));
+
+  OneNode not_i64("bitwise_not", {type_of(DType::I64, {3})});
+  EXPECT_EQ(test::values_of<int64_t>(reference(not_i64, {tensor_from<int64_t>({3}, {0, -1, 5})})),
+            (std::vector<int64_t>{-1, 0, -6}));
+  OneNode not_u8("bitwise_not", {type_of(DType::U8, {2})});
+  EXPECT_EQ(test::values_of<uint8_t>(reference(not_u8, {tensor_from<uint8_t>({2}, {0, 255})})),
+            (std::vector<uint8_t>{255, 0}));
+  OneNode not_bool("bitwise_not", {type_of(DType::Bool, {2})});
+  EXPECT_EQ(test::values_of<bool>(reference(not_bool, {tensor_from<bool>({2}, {true, false})})),
+            (std::vector<bool>{false, true}));
+
+  EXPECT_EQ(test::values_of<int64_t>(binary("bitwise_left_shift", DType::I64,
+                                            tensor_from<int64_t>({5}, {1, 1, 1, -1, 3}),
+                                            tensor_from<int64_t>({5}, {0, 63, 64, 1, -1}))),
+            (std::vector<int64_t>{1, INT64_MIN, 0, -2, 0}));
+  EXPECT_EQ(test::values_of<int64_t>(binary("bitwise_right_shift", DType::I64,
+                                            tensor_from<int64_t>({5}, {-8, -8, 8, 8, -1}),
+                                            tensor_from<int64_t>({5}, {1, 64, 63, 70, -2}))),
+            (std::vector<int64_t>{-4, -1, 0, 0, -1}));
+  EXPECT_EQ(test::values_of<uint8_t>(binary("bitwise_left_shift", DType::U8,
+                                            tensor_from<uint8_t>({2}, {200, 1}),
+                                            tensor_from<uint8_t>({2}, {1, 8}))),
+            (std::vector<uint8_t>{144, 0}));
+  EXPECT_EQ(test::values_of<uint8_t>(binary("bitwise_right_shift", DType::U8,
+                                            tensor_from<uint8_t>({2}, {200, 200}),
+                                            tensor_from<uint8_t>({2}, {8, 3}))),
+            (std::vector<uint8_t>{0, 25}));
+
+  // Floats take no bitwise op, bools no shift (PyTorch: "not implemented for 'Float'").
+  Graph g;
+  Value* f = g.add_input("f", type_of(DType::F32, {2}));
+  Value* flag = g.add_input("flag", type_of(DType::Bool, {2}));
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("bitwise_and", {f, f}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("bitwise_and takes integer, bool dtypes, not f32"), std::string::npos)
+      << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("bitwise_left_shift", {flag, flag}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("takes integer dtypes, not bool"), std::string::npos) << message;
+}
+
 TEST(OpsElementwise, IntegerDivisionByZeroIsE40002NamingTheNode) {
   Graph g;
   Value* a = g.add_input("a", type_of(DType::I64, {3}));
@@ -756,7 +817,9 @@ TEST(OpsElementwise, ReferenceLoopsGiveEachElementItsScalarResult) {
       {"neg", 1},     {"abs", 1},     {"sign", 1},        {"isnan", 1},       {"isinf", 1},
       {"relu", 1},    {"floor", 1},   {"logical_not", 1}, {"add", 2},         {"sub", 2},
       {"mul", 2},     {"maximum", 2}, {"minimum", 2},     {"eq", 2},          {"lt", 2},
-      {"ge", 2},      {"logical_and", 2}, {"logical_xor", 2}, {"where", 3}};
+      {"ge", 2},      {"logical_and", 2}, {"logical_xor", 2}, {"where", 3},
+      {"bitwise_not", 1}, {"bitwise_and", 2}, {"bitwise_xor", 2}, {"bitwise_left_shift", 2},
+      {"bitwise_right_shift", 2}};
   int checked = 0;
   for (DType dtype : {DType::Bool, DType::U8, DType::I8, DType::I16, DType::I32, DType::I64,
                       DType::F32, DType::F64}) {
@@ -1447,7 +1510,10 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
     cases.push_back({op, {f, row}});
     cases.push_back({op, {i, f}});
   }
-  for (const char* op : {"add", "mul", "maximum", "eq", "pow"}) cases.push_back({op, {i, col}});
+  for (const char* op : {"add", "mul", "maximum", "eq", "pow", "bitwise_and", "bitwise_or",
+                         "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"})
+    cases.push_back({op, {i, col}});
+  cases.push_back({"bitwise_not", {i}});
   cases.push_back({"div", {f, row}, {{"rounding_mode", std::string("floor")}}});
   cases.push_back({"div", {f, i}, {{"rounding_mode", std::string("trunc")}}});
   cases.push_back({"where", {c, f, row}});
@@ -1491,7 +1557,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
   }
   // Every elementwise op of the registry is covered.
   for (const std::string& op : covered) EXPECT_NE(OpRegistry::instance().find(op), nullptr);
-  EXPECT_EQ(covered.size(), 68u);
+  EXPECT_EQ(covered.size(), 74u);
 }
 
 }  // namespace

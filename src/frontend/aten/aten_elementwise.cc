@@ -70,19 +70,16 @@ Converter clamp_tensor(const char* min_arg, const char* max_arg) {
   };
 }
 
-// Bitwise ops on bool tensors are the logical ones (PyTorch writes mask & mask this way).
-Converter bitwise_on_bool(const std::string& logical_op, std::initializer_list<const char*> args) {
+// Bitwise ops on bool tensors alone are the logical ones (PyTorch writes mask & mask this way),
+// which Kiln's fusion and vector kernels know; any other operands take the bitwise op.
+Converter bitwise(Converter as_bitwise, Converter as_logical,
+                  std::initializer_list<const char*> args) {
   std::vector<std::string> names(args.begin(), args.end());
-  return [logical_op, names](ConvertContext& ctx) -> std::vector<Value*> {
-    std::vector<Value*> in;
-    for (const std::string& name : names) {
-      Value* v = ctx.tensor(name);
-      if (v->type().dtype != DType::Bool)
-        ctx.unsupported("bitwise ops on " + std::string(dtype_name(v->type().dtype)) +
-                        " tensors; Kiln takes them on bool tensors only");
-      in.push_back(v);
-    }
-    return {ctx.add(logical_op, in)};
+  return [=](ConvertContext& ctx) -> std::vector<Value*> {
+    for (const std::string& name : names)
+      if (!ctx.is_tensor(name) || ctx.tensor(name)->type().dtype != DType::Bool)
+        return as_bitwise(ctx);
+    return as_logical(ctx);
   };
 }
 
@@ -124,10 +121,21 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   r.add("aten.minimum.default", elementwise("minimum", {"self", "other"}));
   for (const char* op : {"logical_and", "logical_or", "logical_xor"}) {
     r.add("aten." + std::string(op) + ".default", elementwise(op, {"self", "other"}));
-    r.add("aten.bitwise_" + std::string(op + 8) + ".Tensor",
-          bitwise_on_bool(op, {"self", "other"}));
+    const std::string bitwise_op = "bitwise_" + std::string(op + 8);
+    for (const char* overload : {".Tensor", ".Scalar", ".Scalar_Tensor"})
+      r.add("aten." + bitwise_op + overload,
+            bitwise(elementwise(bitwise_op, {"self", "other"}), elementwise(op, {"self", "other"}),
+                    {"self", "other"}));
   }
-  r.add("aten.bitwise_not.default", bitwise_on_bool("logical_not", {"self"}));
+  r.add("aten.bitwise_not.default",
+        bitwise(unary("bitwise_not"), unary("logical_not"), {"self"}));
+  for (const char* op : {"bitwise_left_shift", "bitwise_right_shift"})
+    for (const char* overload : {".Tensor", ".Tensor_Scalar", ".Scalar_Tensor"})
+      r.add("aten." + std::string(op) + overload, elementwise(op, {"self", "other"}));
+  for (const auto& [dunder, op] : {std::pair{"__lshift__", "bitwise_left_shift"},
+                                   std::pair{"__rshift__", "bitwise_right_shift"}})
+    for (const char* overload : {".Tensor", ".Scalar"})
+      r.add("aten." + std::string(dunder) + overload, elementwise(op, {"self", "other"}));
   for (const char* overload : {".self", ".ScalarSelf", ".ScalarOther", ".Scalar"})
     r.add(std::string("aten.where") + overload,
           elementwise("where", {"condition", "self", "other"}));
