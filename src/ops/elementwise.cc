@@ -4,11 +4,12 @@
 //             cos, tanh, sigmoid, erf, gelu (approximate), silu, mish, hardswish, hardsigmoid,
 //             leaky_relu (negative_slope), elu (alpha, scale, input_scale), softplus (beta,
 //             threshold), hardtanh (min_val, max_val), clamp (min, max), floor, ceil, trunc,
-//             round (decimals), isnan, isinf, logical_not, bitwise_not
+//             round (decimals), isnan, isinf, logical_not, bitwise_not, erfc, erfinv, lgamma,
+//             digamma
 //   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod,
 //             remainder, atan2, hypot, logaddexp, copysign, eq, ne, lt, le, gt, ge,
 //             logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
-//             bitwise_left_shift, bitwise_right_shift
+//             bitwise_left_shift, bitwise_right_shift, nextafter, gcd
 //   ternary:  where (condition, a, b)
 //
 // Each op is one table entry: a scalar functor (its operator() a template over the element type
@@ -328,6 +329,24 @@ struct RightShift {
   }
 };
 
+// The next representable value after a towards b, in the element type itself.
+struct NextAfter {
+  template <typename T> T operator()(T a, T b) const { return std::nextafter(a, b); }
+};
+// PyTorch's Euclid on the magnitudes, wrapping as its loop does (gcd(INT_MIN, 0) is INT_MIN).
+struct Gcd {
+  template <typename T> T operator()(T a, T b) const {
+    a = a < T(0) ? wrapping_sub(T(0), a) : a;
+    b = b < T(0) ? wrapping_sub(T(0), b) : b;
+    while (a != T(0)) {
+      const T next = static_cast<T>(b % a);
+      b = a;
+      a = next;
+    }
+    return b;
+  }
+};
+
 struct Where {
   template <typename T> T operator()(bool condition, T a, T b) const { return condition ? a : b; }
 };
@@ -354,6 +373,61 @@ struct Sign {
     return static_cast<T>(static_cast<int>(T(0) < x) - static_cast<int>(x < T(0)));
   }
 };
+
+// ---------------------------------------------------------------- special functions in double
+
+// ln|Gamma(x)| through lgamma_r, which doesn't write the global signgam that lgamma does (the
+// kernels run on several threads).
+inline double log_gamma(double x) {
+  int sign;
+  return lgamma_r(x, &sign);
+}
+
+// The digamma function as PyTorch defines it at its poles: -inf at +0, +inf at -0, NaN at the
+// negative integers and -inf. Below 0 by reflection, psi(x) = psi(1 - x) - pi / tan(pi x) (tan
+// taken of x's distance to the nearest integer, exact in double); above, the recurrence
+// psi(x) = psi(x + 1) - 1 / x up to 10 and there the asymptotic series to B14, whose next term
+// is below 4e-17 (one term less left 1e-14, 13 ULP near psi's positive root, where the result
+// is the difference of terms near 2).
+inline double digamma(double x) {
+  constexpr double kPi = std::numbers::pi;
+  if (x == 0) return std::copysign(std::numeric_limits<double>::infinity(), -x);
+  if (x < 0) {
+    if (x == std::floor(x)) return std::numeric_limits<double>::quiet_NaN();
+    return digamma(1 - x) - kPi / std::tan(kPi * (x - std::round(x)));
+  }
+  double shift = 0;
+  for (; x < 10; x += 1) shift -= 1 / x;
+  const double r = 1 / (x * x);  // Bernoulli numbers B2k / 2k
+  const double series =
+      r * (1.0 / 12 -
+           r * (1.0 / 120 -
+                r * (1.0 / 252 -
+                     r * (1.0 / 240 - r * (1.0 / 132 - r * (691.0 / 32760 - r / 12))))));
+  return shift + std::log(x) - 0.5 / x - series;
+}
+
+// The inverse of erf: Winitzki's closed form (within 2e-3) refined by Newton steps on erf, or on
+// erfc beyond 0.5, where 1 - |y| is exact and erf's residual would lose the tail.
+inline double erfinv(double y) {
+  constexpr double kPi = std::numbers::pi, kA = 0.147;
+  const double magnitude = std::fabs(y);
+  if (!(magnitude < 1)) {
+    return magnitude == 1 ? std::copysign(std::numeric_limits<double>::infinity(), y)
+                          : std::numeric_limits<double>::quiet_NaN();
+  }
+  if (y == 0) return y;
+  const double l = std::log((1 - magnitude) * (1 + magnitude));
+  const double t = 2 / (kPi * kA) + l / 2;
+  double x = std::sqrt(std::sqrt(t * t - l / kA) - t);
+  const double slope = 2 / std::sqrt(kPi);  // d erf / dx = slope * exp(-x^2)
+  for (int step = 0; step < 4; ++step) {
+    const double residual =
+        magnitude > 0.5 ? (1 - magnitude) - std::erfc(x) : std::erf(x) - magnitude;
+    x -= residual / (slope * std::exp(-x * x));
+  }
+  return std::copysign(x, y);
+}
 
 // A function evaluated in double for f32 and rounded once.
 #define KILN_WIDE_UNARY(Name, expression)                        \
@@ -395,6 +469,10 @@ KILN_WIDE_UNARY(GeluTanh, x / (1 + std::exp(-2 * std::sqrt(2 / std::numbers::pi)
                                             (x + 0.044715 * x * x * x))))
 KILN_WIDE_UNARY(Silu, x / (1 + std::exp(-x)))
 KILN_WIDE_UNARY(Mish, x * std::tanh(std::log1p(std::exp(x))))
+KILN_WIDE_UNARY(Erfc, std::erfc(x))
+KILN_WIDE_UNARY(Erfinv, erfinv(x))
+KILN_WIDE_UNARY(Lgamma, log_gamma(x))
+KILN_WIDE_UNARY(Digamma, digamma(x))
 #undef KILN_WIDE_UNARY
 
 // A function of two operands evaluated in double for f32 and rounded once.
@@ -655,8 +733,9 @@ struct OpEntry {
   ArrayFn (*bf16_vector)(const KernelSpec& spec) = nullptr;
   // Integer division and remainder: a zero divisor (input 1) is an E40002, checked before the loop.
   bool checks_divisor = false;
-  // Further checks of attributes against the computing dtype (bounds that must fit it, ...).
-  void (*check)(InferContext& ctx, DType compute) = nullptr;
+  // Further checks against the output dtype, the inputs' promoted one (bounds that must fit it,
+  // ...; f16 and bf16 compute in f32).
+  void (*check)(InferContext& ctx, DType dtype) = nullptr;
 };
 
 template <typename F, Rule R, int Arity = 1, bool Condition = false>
@@ -686,34 +765,41 @@ OpEntry with_bf16(OpEntry e, ArrayFn (*bf16_vector)(const KernelSpec&)) {
 
 // Finite bounds must fit an integer dtype (PyTorch: "value cannot be converted without
 // overflow"); NaN bounds are for floats only.
-void check_bounds(InferContext& ctx, DType compute) {
-  if (is_floating(compute)) return;
+void check_bounds(InferContext& ctx, DType dtype) {
+  if (is_floating(dtype)) return;
   const bool clamp = ctx.op() == "clamp";
   for (const char* name : {clamp ? "min" : "min_val", clamp ? "max" : "max_val"}) {
     const double bound = ctx.attr_float(name);
     if (std::isinf(bound)) continue;
-    std::string why = std::isnan(bound) ? "NaN is not a " + std::string(dtype_name(compute))
-                                        : cpu::scalar_unrepresentable_reason(compute, bound);
+    std::string why = std::isnan(bound) ? "NaN is not a " + std::string(dtype_name(dtype))
+                                        : cpu::scalar_unrepresentable_reason(dtype, bound);
     ctx.check(why.empty(), "attribute '" + std::string(name) + "': " + why);
   }
 }
 
 // PyTorch takes an integral alpha for integer dtypes and 0 or 1 for bool.
-void check_alpha(InferContext& ctx, DType compute) {
+void check_alpha(InferContext& ctx, DType dtype) {
   const double alpha = ctx.attr_float("alpha");
-  if (is_floating(compute)) return;
-  ctx.check(compute == DType::Bool ? alpha == 0 || alpha == 1 : alpha == std::trunc(alpha),
+  if (is_floating(dtype)) return;
+  ctx.check(dtype == DType::Bool ? alpha == 0 || alpha == 1 : alpha == std::trunc(alpha),
             "attribute 'alpha' is " + std::to_string(alpha) + ", which is not a " +
-                std::string(dtype_name(compute)) + " (the inputs' promoted dtype)");
-  if (compute != DType::Bool) {
-    const std::string why = cpu::scalar_unrepresentable_reason(compute, alpha);
+                std::string(dtype_name(dtype)) + " (the inputs' promoted dtype)");
+  if (dtype != DType::Bool) {
+    const std::string why = cpu::scalar_unrepresentable_reason(dtype, alpha);
     ctx.check(why.empty(), "attribute 'alpha': " + why);
   }
 }
 
-void check_decimals(InferContext& ctx, DType compute) {
-  ctx.check(ctx.attr_int("decimals") == 0 || is_floating(compute),
-            "round with decimals takes floating dtypes, not " + std::string(dtype_name(compute)));
+// nextafter steps on its dtype's own grid: f16 and bf16 would compute in f32.
+void check_full_width_float(InferContext& ctx, DType dtype) {
+  ctx.check(dtype == DType::F32 || dtype == DType::F64,
+            ctx.op() + " takes f32 and f64, not " + std::string(dtype_name(dtype)) +
+                "; cast its operands to f32 (the result is then the f32 neighbour)");
+}
+
+void check_decimals(InferContext& ctx, DType dtype) {
+  ctx.check(ctx.attr_int("decimals") == 0 || is_floating(dtype),
+            "round with decimals takes floating dtypes, not " + std::string(dtype_name(dtype)));
 }
 
 #ifdef KILN_X86
@@ -862,6 +948,10 @@ const std::vector<OpEntry>& op_table() {
       entry<Tanh, kFloating>("tanh", {}, KILN_AVX2(unary_avx2<&cpu::avx2::tanh>)),
       entry<Sigmoid, kFloating>("sigmoid", {}, KILN_AVX2(unary_avx2<&cpu::avx2::sigmoid>)),
       entry<Erf, kFloating>("erf", {}, KILN_AVX2(unary_avx2<&cpu::avx2::erf>)),
+      entry<Erfc, kFloating>("erfc"),
+      entry<Erfinv, kFloating>("erfinv"),
+      entry<Lgamma, kFloating>("lgamma"),
+      entry<Digamma, kFloating>("digamma"),
       // Rare in models: the reference loop alone (libm in double, one rounding).
       entry<Tan, kFloating>("tan"),
       entry<Asin, kFloating>("asin"),
@@ -958,6 +1048,8 @@ const std::vector<OpEntry>& op_table() {
       entry<Bitwise<std::bit_and<>>, kBitwise, 2>("bitwise_and"),
       entry<Bitwise<std::bit_or<>>, kBitwise, 2>("bitwise_or"),
       entry<Bitwise<std::bit_xor<>>, kBitwise, 2>("bitwise_xor"),
+      with_check(entry<NextAfter, kFloatOnly, 2>("nextafter"), &check_full_width_float),
+      entry<Gcd, kIntegerOnly, 2>("gcd"),
       entry<LeftShift, kIntegerOnly, 2>("bitwise_left_shift"),
       entry<RightShift, kIntegerOnly, 2>("bitwise_right_shift"),
       // ternary
@@ -1208,7 +1300,7 @@ void infer(InferContext& ctx) {
   Signature sig;
   const std::string why = signature_of(*e, inputs, wrapped, sig);
   ctx.check(why.empty(), why + "; insert a cast");
-  if (e->check) e->check(ctx, sig.compute.back());
+  if (e->check) e->check(ctx, sig.output);
   Shape shape = inputs[0].shape;
   for (size_t i = 1; i < inputs.size(); ++i) shape = ctx.broadcast(shape, inputs[i].shape);
   ctx.set_output(0, TensorType{sig.output, shape, inputs[0].layout});

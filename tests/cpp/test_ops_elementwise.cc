@@ -692,6 +692,59 @@ TEST(OpsElementwise, ReferenceBitwiseOpsFollowPyTorch) {
   EXPECT_NE(message.find("takes integer dtypes, not bool"), std::string::npos) << message;
 }
 
+// erfc, erfinv, lgamma and digamma are evaluated in double and rounded once; at their poles and
+// edges they give PyTorch's values. nextafter steps on f32's own grid; gcd wraps as PyTorch's.
+TEST(OpsElementwise, ReferenceSpecialFunctionsFollowPyTorch) {
+  auto unary = [](const std::string& op, const std::vector<float>& x) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    OneNode node(op, {type_of(DType::F32, {n})});
+    return test::values_of<float>(reference(node, {tensor_from<float>({n}, x)}));
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto expect_floats = [](const std::vector<float>& got, const std::vector<float>& expected) {
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isnan(expected[i])) EXPECT_TRUE(std::isnan(got[i])) << i;
+      else EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected[i]))
+          << i << ": " << got[i] << " vs " << expected[i];
+    }
+  };
+  expect_floats(unary("erfc", {0, 10, -inf, inf, nan}),
+                {1, static_cast<float>(std::erfc(10.0)), 2, 0, nan});
+  // erfinv(erf(v)) returns v where erf is exact enough to invert: 0.5 and 2 (the tail, Newton
+  // on erfc).
+  expect_floats(unary("erfinv", {1, -1, 1.5f, -0.0f, static_cast<float>(std::erf(0.5)), nan}),
+                {inf, -inf, nan, -0.0f, 0.5f, nan});
+  EXPECT_NEAR(unary("erfinv", {static_cast<float>(std::erf(2.0))})[0], 2.0f, 2e-6f);
+  expect_floats(unary("lgamma", {1, 2, 3, 0, -1, -inf, inf, nan}),
+                {0, 0, static_cast<float>(std::log(2.0)), inf, inf, inf, inf, nan});
+  // psi(1) = -Euler's gamma, psi(1/2) = -gamma - 2 ln 2, psi(-1/2) = psi(1/2) + 2 (reflection).
+  constexpr double kEuler = 0.57721566490153286;
+  expect_floats(unary("digamma", {1, 0.5f, -0.5f, 0.0f, -0.0f, -2, -inf, inf, nan}),
+                {static_cast<float>(-kEuler), static_cast<float>(-kEuler - 2 * std::log(2.0)),
+                 static_cast<float>(-kEuler - 2 * std::log(2.0) + 2), -inf, inf, nan, nan, inf,
+                 nan});
+
+  OneNode next("nextafter", {type_of(DType::F32, {3}), type_of(DType::F32, {3})});
+  const Tensor from = tensor_from<float>({3}, {1, 1, 0}), to = tensor_from<float>({3}, {2, 1, -1});
+  expect_floats(test::values_of<float>(reference(next, {from, to})),
+                {std::nextafter(1.0f, 2.0f), 1, -std::numeric_limits<float>::denorm_min()});
+  OneNode gcd("gcd", {type_of(DType::I64, {4}), type_of(DType::I64, {4})});
+  EXPECT_EQ(test::values_of<int64_t>(reference(
+                gcd, {tensor_from<int64_t>({4}, {12, -12, INT64_MIN, INT64_MIN}),
+                      tensor_from<int64_t>({4}, {18, 0, 0, 6})})),
+            (std::vector<int64_t>{6, 12, INT64_MIN, -2}));
+
+  // f16 and bf16 would step on f32's grid: refused, with what to do.
+  Graph g;
+  Value* h = g.add_input("h", type_of(DType::F16, {2}));
+  std::string message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("nextafter", {h, h}); }, &message),
+            ErrorCode::ShapeInference);
+  EXPECT_NE(message.find("nextafter takes f32 and f64, not f16"), std::string::npos) << message;
+}
+
 TEST(OpsElementwise, IntegerDivisionByZeroIsE40002NamingTheNode) {
   Graph g;
   Value* a = g.add_input("a", type_of(DType::I64, {3}));
@@ -819,7 +872,8 @@ TEST(OpsElementwise, ReferenceLoopsGiveEachElementItsScalarResult) {
       {"mul", 2},     {"maximum", 2}, {"minimum", 2},     {"eq", 2},          {"lt", 2},
       {"ge", 2},      {"logical_and", 2}, {"logical_xor", 2}, {"where", 3},
       {"bitwise_not", 1}, {"bitwise_and", 2}, {"bitwise_xor", 2}, {"bitwise_left_shift", 2},
-      {"bitwise_right_shift", 2}};
+      {"bitwise_right_shift", 2}, {"erfc", 1}, {"erfinv", 1}, {"lgamma", 1}, {"digamma", 1},
+      {"nextafter", 2}, {"gcd", 2}};
   int checked = 0;
   for (DType dtype : {DType::Bool, DType::U8, DType::I8, DType::I16, DType::I32, DType::I64,
                       DType::F32, DType::F64}) {
@@ -1502,8 +1556,10 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
                          "gelu", "silu", "mish", "hardswish", "hardsigmoid", "leaky_relu", "elu",
                          "softplus", "hardtanh", "clamp", "floor", "ceil", "trunc", "round",
                          "isnan", "isinf", "logical_not", "tan", "asin", "acos", "atan", "sinh",
-                         "cosh", "asinh", "acosh", "atanh", "exp2", "log10"})
+                         "cosh", "asinh", "acosh", "atanh", "exp2", "log10", "erfc", "erfinv",
+                         "lgamma", "digamma"})
     cases.push_back({op, {f}});
+  cases.push_back({"nextafter", {f, row}});
   for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmod",
                          "remainder", "atan2", "hypot", "logaddexp", "copysign", "eq", "ne", "lt",
                          "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}) {
@@ -1511,7 +1567,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
     cases.push_back({op, {i, f}});
   }
   for (const char* op : {"add", "mul", "maximum", "eq", "pow", "bitwise_and", "bitwise_or",
-                         "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"})
+                         "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "gcd"})
     cases.push_back({op, {i, col}});
   cases.push_back({"bitwise_not", {i}});
   cases.push_back({"div", {f, row}, {{"rounding_mode", std::string("floor")}}});
@@ -1557,7 +1613,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
   }
   // Every elementwise op of the registry is covered.
   for (const std::string& op : covered) EXPECT_NE(OpRegistry::instance().find(op), nullptr);
-  EXPECT_EQ(covered.size(), 74u);
+  EXPECT_EQ(covered.size(), 80u);
 }
 
 }  // namespace

@@ -129,6 +129,8 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
   }
   r.add("aten.bitwise_not.default",
         bitwise(unary("bitwise_not"), unary("logical_not"), {"self"}));
+  for (const char* op : {"nextafter", "gcd"})
+    r.add("aten." + std::string(op) + ".default", elementwise(op, {"self", "other"}));
   for (const char* op : {"bitwise_left_shift", "bitwise_right_shift"})
     for (const char* overload : {".Tensor", ".Tensor_Scalar", ".Scalar_Tensor"})
       r.add("aten." + std::string(op) + overload, elementwise(op, {"self", "other"}));
@@ -144,7 +146,8 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
                          "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
                          "silu", "mish", "hardswish", "hardsigmoid", "floor", "ceil", "trunc",
                          "round", "isnan", "isinf", "logical_not", "tan", "asin", "acos", "atan",
-                         "sinh", "cosh", "asinh", "acosh", "atanh", "exp2", "log10"})
+                         "sinh", "cosh", "asinh", "acosh", "atanh", "exp2", "log10", "erfc",
+                         "erfinv", "lgamma", "digamma"})
     r.add("aten." + std::string(op) + ".default", unary(op));
   r.add("aten.round.decimals", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("round", {ctx.tensor("self")}, {{"decimals", ctx.integer("decimals")}})};
