@@ -10,7 +10,7 @@
 //             remainder, atan2, hypot, logaddexp, copysign, eq, ne, lt, le, gt, ge,
 //             logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
 //             bitwise_left_shift, bitwise_right_shift, nextafter, gcd
-//   ternary:  where (condition, a, b)
+//   ternary:  where (condition, a, b), fma (a * b + c rounded once)
 //
 // Each op is one table entry: a scalar functor (its operator() a template over the element type
 // it computes in) that makes the reference kernel for every dtype the op takes, a dtype rule, and
@@ -19,7 +19,7 @@
 // computing dtype (mixed dtypes, f16/bf16 computed in f32) block by block, and converts the
 // result to the output dtype.
 //
-// Binary ops and where take the attribute wrapped_numbers: the inputs that hold a Python number
+// Binary and ternary ops take the attribute wrapped_numbers: the inputs that hold a Python number
 // (a rank-0 constant), which take part in type promotion as PyTorch's wrapped numbers do.
 #include <algorithm>
 #include <array>
@@ -345,6 +345,12 @@ struct Gcd {
     }
     return b;
   }
+};
+
+// a * b + c rounded once, for converters of PyTorch kernels that the compiler contracted into an
+// FMA (linalg_cross).
+struct Fma {
+  template <typename T> T operator()(T a, T b, T c) const { return std::fma(a, b, c); }
 };
 
 struct Where {
@@ -679,7 +685,8 @@ ArrayFn reference_fn(const Node& node, DType compute) {
       const F f = make_functor<F>(node);
       if constexpr (Condition) return array_fn<bool, C, C>(f);
       else if constexpr (Arity == 1) return array_fn<C>(f);
-      else return array_fn<C, C>(f);
+      else if constexpr (Arity == 2) return array_fn<C, C>(f);
+      else return array_fn<C, C, C>(f);
     } else {
       KILN_ASSERT(false, node.op() << " has no reference kernel for " << dtype_name(compute));
       return {};
@@ -790,7 +797,8 @@ void check_alpha(InferContext& ctx, DType dtype) {
   }
 }
 
-// nextafter steps on its dtype's own grid: f16 and bf16 would compute in f32.
+// nextafter steps on its dtype's own grid and fma rounds once in it: f16 and bf16 would compute
+// in f32.
 void check_full_width_float(InferContext& ctx, DType dtype) {
   ctx.check(dtype == DType::F32 || dtype == DType::F64,
             ctx.op() + " takes f32 and f64, not " + std::string(dtype_name(dtype)) +
@@ -1054,6 +1062,7 @@ const std::vector<OpEntry>& op_table() {
       entry<RightShift, kIntegerOnly, 2>("bitwise_right_shift"),
       // ternary
       entry<Where, kAny, 3, true>("where", {}, KILN_AVX2(where_avx2)),
+      with_check(entry<Fma, kFloatOnly, 3>("fma"), &check_full_width_float),
   };
   return table;
 }
@@ -1321,6 +1330,7 @@ void register_op(OpRegistry& registry, const OpEntry& first) {
   def.name = std::string(first.name);
   if (first.arity == 1) def.inputs = {{"x"}};
   else if (first.condition) def.inputs = {{"condition"}, {"a"}, {"b"}};
+  else if (first.arity == 3) def.inputs = {{"a"}, {"b"}, {"c"}};
   else def.inputs = {{"a"}, {"b"}};
   def.attrs = first.attrs;
   if (!first.variant_attr.empty())

@@ -736,13 +736,23 @@ TEST(OpsElementwise, ReferenceSpecialFunctionsFollowPyTorch) {
                       tensor_from<int64_t>({4}, {18, 0, 0, 6})})),
             (std::vector<int64_t>{6, 12, INT64_MIN, -2}));
 
-  // f16 and bf16 would step on f32's grid: refused, with what to do.
+  // fma rounds once: 0.1f * 10 - 1 is the product's rounding error, which mul then sub lose.
+  const TensorType one = type_of(DType::F32, {1});
+  OneNode fma("fma", {one, one, one});
+  expect_floats(test::values_of<float>(reference(fma, {tensor_from<float>({1}, {0.1f}),
+                                                       tensor_from<float>({1}, {10}),
+                                                       tensor_from<float>({1}, {-1})})),
+                {std::fma(0.1f, 10.0f, -1.0f)});
+  EXPECT_NE(std::fma(0.1f, 10.0f, -1.0f), 0.0f);
+
+  // f16 and bf16 would step on f32's grid (fma round twice): refused, with what to do.
   Graph g;
   Value* h = g.add_input("h", type_of(DType::F16, {2}));
   std::string message;
   EXPECT_EQ(test::error_code_of([&] { g.add("nextafter", {h, h}); }, &message),
             ErrorCode::ShapeInference);
   EXPECT_NE(message.find("nextafter takes f32 and f64, not f16"), std::string::npos) << message;
+  EXPECT_EQ(test::error_code_of([&] { g.add("fma", {h, h, h}); }), ErrorCode::ShapeInference);
 }
 
 TEST(OpsElementwise, IntegerDivisionByZeroIsE40002NamingTheNode) {
@@ -1573,6 +1583,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
   cases.push_back({"div", {f, row}, {{"rounding_mode", std::string("floor")}}});
   cases.push_back({"div", {f, i}, {{"rounding_mode", std::string("trunc")}}});
   cases.push_back({"where", {c, f, row}});
+  cases.push_back({"fma", {f, row, f}});
   cases.push_back({"where", {c, i, col}});
 
   std::set<std::string> covered;
@@ -1613,7 +1624,7 @@ TEST(OpsElementwise, EveryOpRunsThroughTheExecutor) {
   }
   // Every elementwise op of the registry is covered.
   for (const std::string& op : covered) EXPECT_NE(OpRegistry::instance().find(op), nullptr);
-  EXPECT_EQ(covered.size(), 80u);
+  EXPECT_EQ(covered.size(), 81u);
 }
 
 }  // namespace

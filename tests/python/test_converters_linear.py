@@ -182,3 +182,21 @@ def test_cdist_takes_pytorchs_algorithm(fn, args):
     expected = fn(*args)
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(*args)
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_linalg_cross_is_eagers_bits(dtype):
+    """linalg_cross and torch.cross, broadcasting and over a middle dim: eager's bits, its f32
+    and f64 kernel's fused multiply-add included; int64 products wrap as eager's."""
+    g = torch.Generator().manual_seed(5)
+    if dtype.is_floating_point:
+        a, b = torch.randn(500, 3, 4, generator=g).to(dtype), torch.randn(1, 3, 4, generator=g)
+        b = b.to(dtype)
+    else:
+        a = torch.randint(-2**40, 2**40, (500, 3, 4), generator=g)
+        b = torch.randint(-2**40, 2**40, (1, 3, 4), generator=g)
+    for fn in (lambda a, b: torch.linalg.cross(a, b, dim=1),
+               lambda a, b: torch.cross(a.transpose(1, 2), b.transpose(1, 2), dim=-1)):
+        got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(a, b)
+        assert torch.equal(got, fn(a, b))
+        torch._dynamo.reset()

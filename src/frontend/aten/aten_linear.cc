@@ -106,6 +106,38 @@ std::vector<Value*> cdist(ConvertContext& ctx) {
                   {{"wrapped_numbers", std::vector<int64_t>{1}}})};
 }
 
+// linalg_cross(a, b, dim): the components along dim (size 3 in both, the other dims
+// broadcasting) as a_j b_k - a_k b_j, concatenated. PyTorch's f32 and f64 kernel compiles to
+// fma(a_j, b_k, -(a_k b_j)); its integer and 2-byte float kernels round each operation.
+std::vector<Value*> linalg_cross(ConvertContext& ctx) {
+  Value* a = ctx.tensor("self");
+  Value* b = ctx.tensor("other");
+  const int64_t rank = static_cast<int64_t>(a->type().rank());
+  int64_t dim = ctx.has("dim") ? ctx.integer("dim") : -1;
+  if (dim < 0) dim += rank;
+  if (rank == 0 || dim < 0 || dim >= rank || b->type().rank() != a->type().rank())
+    ctx.unsupported("linalg_cross over a dim outside its inputs' rank, or of inputs whose ranks "
+                    "differ (PyTorch raises there)");
+  for (Value* x : {a, b}) {
+    const Dim size = x->type().shape[static_cast<size_t>(dim)];
+    if (!size.is_static() || size.size() != 3)
+      ctx.unsupported("linalg_cross over a dim whose size isn't 3 in both inputs");
+  }
+  auto part = [&](Value* x, int64_t k) {
+    return ctx.add("slice", {x}, {{"dim", dim}, {"start", k}, {"end", k + 1},
+                                  {"step", int64_t{1}}});
+  };
+  const DType dtype = a->type().dtype;
+  const bool fused = dtype == DType::F32 || dtype == DType::F64;
+  auto component = [&](int64_t j, int64_t k) {
+    Value* product = ctx.add("mul", {part(a, k), part(b, j)});
+    if (fused) return ctx.add("fma", {part(a, j), part(b, k), ctx.add("neg", {product})});
+    return ctx.add("sub", {ctx.add("mul", {part(a, j), part(b, k)}), product});
+  };
+  return {ctx.add("concat", {component(1, 2), component(2, 0), component(0, 1)},
+                  {{"dim", dim}})};
+}
+
 }  // namespace
 
 void register_aten_linear_converters(ConverterRegistry& r) {
@@ -120,6 +152,7 @@ void register_aten_linear_converters(ConverterRegistry& r) {
   });
   r.add("aten.addmm.default", bias_matmul("mat1", "mat2"));
   r.add("aten._cdist_forward.default", cdist);
+  r.add("aten.linalg_cross.default", linalg_cross);
   r.add("aten._euclidean_dist.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {euclidean_dist(ctx, ctx.tensor("x1"), ctx.tensor("x2"))};
   });
