@@ -1,5 +1,5 @@
 // Pooling over the last two dims of [N, C, H, W] or [C, H, W]: PyTorch's max_pool2d, avg_pool2d
-// and adaptive_avg_pool2d.
+// and adaptive_avg_pool2d; and the max poolings that also return indices, over two or three dims.
 //
 //   max_pool2d(x; kernel_size, stride = [] (= kernel_size), padding = [0], dilation = [1],
 //              ceil_mode = false)
@@ -7,12 +7,19 @@
 //              count_include_pad = true, divisor_override = 0 (none))
 //   adaptive_avg_pool2d(x; output_size)
 //   max_pool2d_with_indices(x; max_pool2d's attributes) -> (y, indices)
+//   max_pool3d_with_indices(x [N, C, D, H, W] or [C, D, H, W]; as max_pool2d, with [d, h, w]
+//                           or one value for all three) -> (y, indices)
+//   adaptive_max_pool2d(x; output_size [h, w]) -> (y, indices)
+//   adaptive_max_pool3d(x [N, C, D, H, W] or [C, D, H, W]; output_size [d, h, w]) -> (y, indices)
 //
-// max_pool2d_with_indices is PyTorch's op of that name: max_pool2d's values and, for each, the
-// flat index (row * W + column) within its input plane of the element it took, an int64. The
-// window is scanned row by row: its first maximum wins, a NaN beats everything and a later NaN an
-// earlier one, and a window of -inf only gives its first element. Float dtypes only, as
-// PyTorch's CPU kernel; plain layout; reference loops (nothing hot reads the indices).
+// The with-indices max poolings are PyTorch's ops of those names: the maximum of each window
+// and the flat index (row * W + column, or (depth * H + row) * W + column) within its input
+// plane of the element it took, an int64. Adaptive windows are PyTorch's: output o of an axis
+// reads [floor(o * in / out), ceil((o + 1) * in / out)), so neighbouring windows may differ in
+// size and overlap. A window is scanned in index order: its first maximum wins, a NaN beats
+// everything and a later NaN an earlier one, and a window of -inf only gives its first element.
+// Float dtypes only, as PyTorch's CPU kernels; plain layout; one reference loop for all four
+// (nothing hot reads the indices; graphs that read only the values take max_pool2d).
 //
 // max_pool2d and avg_pool2d are layout-aware: x may be in any layout (the format stage keeps a
 // chain of convolutions in its layout across them) and y is in x's.
@@ -75,26 +82,40 @@ auto visit_dtype(DType dtype, Fn fn) {
 
 // ---------------------------------------------------------------- attributes and inference
 
-// [h, w] from a list of one or two values, or `fallback` for an empty list.
-std::array<int64_t, 2> pair_of(const std::vector<int64_t>& v, std::array<int64_t, 2> fallback) {
+// One value per spatial axis from a list of one value for all or one per axis; `fallback` for an
+// empty list.
+std::vector<int64_t> per_axis(const std::vector<int64_t>& v, size_t spatial,
+                              const std::vector<int64_t>& fallback) {
   if (v.empty()) return fallback;
-  return {v[0], v.size() == 1 ? v[0] : v[1]};
+  return v.size() == 1 ? std::vector<int64_t>(spatial, v[0]) : v;
 }
 
-// The window along H and W, from a node's (or an inference's) validated attributes.
+std::array<int64_t, 2> pair_of(const std::vector<int64_t>& v, std::array<int64_t, 2> fallback) {
+  const auto both = per_axis(v, 2, {fallback[0], fallback[1]});
+  return {both[0], both[1]};
+}
+
+// The window along each of the last `spatial` dims, from a node's (or an inference's) validated
+// attributes.
+template <typename Attrs>
+std::vector<WindowAxis> window_axes(const Attrs& attrs, size_t spatial, bool has_dilation) {
+  const auto kernel = per_axis(attrs.attr_ints("kernel_size"), spatial, {});
+  const auto stride = per_axis(attrs.attr_ints("stride"), spatial, kernel);
+  const auto padding = per_axis(attrs.attr_ints("padding"), spatial, std::vector<int64_t>(spatial, 0));
+  const auto dilation = has_dilation ? per_axis(attrs.attr_ints("dilation"), spatial, {})
+                                     : std::vector<int64_t>(spatial, 1);
+  std::vector<WindowAxis> axes;
+  for (size_t i = 0; i < spatial; ++i)
+    axes.push_back(WindowAxis{.kernel = kernel[i], .stride = stride[i], .dilation = dilation[i],
+                              .pad_begin = padding[i], .pad_end = padding[i],
+                              .ceil_mode = attrs.attr_bool("ceil_mode")});
+  return axes;
+}
+
 template <typename Attrs>
 std::array<WindowAxis, 2> pool_axes(const Attrs& attrs, bool has_dilation) {
-  const auto kernel = pair_of(attrs.attr_ints("kernel_size"), {1, 1});
-  const auto stride = pair_of(attrs.attr_ints("stride"), kernel);
-  const auto padding = pair_of(attrs.attr_ints("padding"), {0, 0});
-  const auto dilation = has_dilation ? pair_of(attrs.attr_ints("dilation"), {1, 1})
-                                     : std::array<int64_t, 2>{1, 1};
-  std::array<WindowAxis, 2> axes;
-  for (size_t i = 0; i < 2; ++i)
-    axes[i] = WindowAxis{.kernel = kernel[i], .stride = stride[i], .dilation = dilation[i],
-                         .pad_begin = padding[i], .pad_end = padding[i],
-                         .ceil_mode = attrs.attr_bool("ceil_mode")};
-  return axes;
+  const auto axes = window_axes(attrs, 2, has_dilation);
+  return {axes[0], axes[1]};
 }
 
 void check_dtype(InferContext& ctx, DType dtype, std::initializer_list<DType> supported) {
@@ -104,34 +125,38 @@ void check_dtype(InferContext& ctx, DType dtype, std::initializer_list<DType> su
   ctx.fail(ctx.op() + " takes " + names + ", not " + std::string(dtype_name(dtype)));
 }
 
-// x is [N, C, H, W] or [C, H, W], every dim but N non-empty (PyTorch's rule).
-void check_pool_input(InferContext& ctx) {
+// x is [N, C, <spatial dims>] or [C, <spatial dims>], every dim but N non-empty (PyTorch's rule).
+void check_pool_input(InferContext& ctx, size_t spatial = 2) {
   const TensorType& x = ctx.input(0);
-  ctx.check(x.rank() == 3 || x.rank() == 4, "x must be [N, C, H, W] or [C, H, W]");
-  for (size_t d = x.rank() - 3; d < x.rank(); ++d)
+  const char* dims = spatial == 3 ? "D, H, W" : "H, W";
+  ctx.check(x.rank() == spatial + 1 || x.rank() == spatial + 2,
+            std::string("x must be [N, C, ") + dims + "] or [C, " + dims + "]");
+  for (size_t d = x.rank() - spatial - 1; d < x.rank(); ++d)
     ctx.check(!x.shape[d].is_static() || x.shape[d].size() > 0,
               "x's dims other than the batch must not be empty");
 }
 
-// An int-list attribute of `min_size` to 2 values, each at least `least` and below 2^31 (which
-// keeps every window computation far from overflow).
-void check_pair(InferContext& ctx, const std::string& name, size_t min_size, int64_t least) {
+// An int-list attribute of `min_size` to `spatial` values (or one for all), each at least `least`
+// and below 2^31 (which keeps every window computation far from overflow).
+void check_pair(InferContext& ctx, const std::string& name, size_t min_size, int64_t least,
+                size_t spatial = 2) {
   const auto& v = ctx.attr_ints(name);
-  ctx.check(v.size() >= min_size && v.size() <= 2 &&
+  ctx.check(v.size() >= min_size && (v.size() <= 1 || v.size() == spatial) &&
                 std::all_of(v.begin(), v.end(),
                             [&](int64_t e) { return e >= least && e <= INT32_MAX; }),
-            name + " must be " + (min_size == 0 ? "empty, " : "") + "one int or two [h, w], each " +
+            name + " must be " + (min_size == 0 ? "empty, " : "") + "one int or " +
+                (spatial == 3 ? "three [d, h, w]" : "two [h, w]") + ", each " +
                 (least == 0 ? "non-negative" : "positive") + " and below 2^31");
 }
 
 // Sets and returns y's type.
-TensorType infer_window_pool(InferContext& ctx, bool has_dilation) {
-  check_pool_input(ctx);
-  check_pair(ctx, "kernel_size", 1, 1);
-  check_pair(ctx, "stride", 0, 1);
-  check_pair(ctx, "padding", 1, 0);
-  if (has_dilation) check_pair(ctx, "dilation", 1, 1);
-  const auto axes = pool_axes(ctx, has_dilation);
+TensorType infer_window_pool(InferContext& ctx, bool has_dilation, size_t spatial = 2) {
+  check_pool_input(ctx, spatial);
+  check_pair(ctx, "kernel_size", 1, 1, spatial);
+  check_pair(ctx, "stride", 0, 1, spatial);
+  check_pair(ctx, "padding", 1, 0, spatial);
+  if (has_dilation) check_pair(ctx, "dilation", 1, 1, spatial);
+  const auto axes = window_axes(ctx, spatial, has_dilation);
   for (const WindowAxis& a : axes)
     ctx.check(2 * a.pad_begin <= a.extent(),
               "padding " + std::to_string(a.pad_begin) + " is more than half the window (" +
@@ -139,9 +164,11 @@ TensorType infer_window_pool(InferContext& ctx, bool has_dilation) {
                   ", dilation " + std::to_string(a.dilation) + ")");
   const TensorType& x = ctx.input(0);
   Shape out = x.shape;
-  const size_t h = x.rank() - 2;
-  out[h] = window_output_dim(ctx, x.shape[h], axes[0], "row");
-  out[h + 1] = window_output_dim(ctx, x.shape[h + 1], axes[1], "column");
+  static const char* const kAxisNames[] = {"depth", "row", "column"};
+  for (size_t i = 0; i < spatial; ++i) {
+    const size_t d = x.rank() - spatial + i;
+    out[d] = window_output_dim(ctx, x.shape[d], axes[i], kAxisNames[3 - spatial + i]);
+  }
   TensorType y{x.dtype, out, x.layout};  // the channels stay: so does the layout
   ctx.set_output(0, y);
   return y;
@@ -171,10 +198,29 @@ void infer_adaptive_avg_pool2d(InferContext& ctx) {
   ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
 }
 
-void infer_max_pool2d_with_indices(InferContext& ctx) {
+// The with-indices max poolings: floats only, as PyTorch's CPU kernels.
+void check_with_indices_dtype(InferContext& ctx) {
   check_dtype(ctx, ctx.input(0).dtype, {DType::F32, DType::F64, DType::BF16, DType::F16});
-  const TensorType y = infer_window_pool(ctx, /*has_dilation=*/true);
+}
+
+template <size_t kSpatial>
+void infer_max_pool_with_indices(InferContext& ctx) {
+  check_with_indices_dtype(ctx);
+  const TensorType y = infer_window_pool(ctx, /*has_dilation=*/true, kSpatial);
   ctx.set_output(1, TensorType{DType::I64, y.shape, Layout::Plain});
+}
+
+template <size_t kSpatial>
+void infer_adaptive_max_pool(InferContext& ctx) {
+  check_with_indices_dtype(ctx);
+  check_pool_input(ctx, kSpatial);
+  check_pair(ctx, "output_size", 1, 0, kSpatial);
+  const auto size = per_axis(ctx.attr_ints("output_size"), kSpatial, {});
+  const TensorType& x = ctx.input(0);
+  Shape out = x.shape;
+  for (size_t i = 0; i < kSpatial; ++i) out[x.rank() - kSpatial + i] = Dim(size[i]);
+  ctx.set_output(0, TensorType{x.dtype, out, Layout::Plain});
+  ctx.set_output(1, TensorType{DType::I64, out, Layout::Plain});
 }
 
 // ---------------------------------------------------------------- geometry
@@ -284,31 +330,53 @@ void max_pool_reference(const Pool2dGeometry& g, const T* x, T* y, int threads) 
   });
 }
 
-// Rows [begin, end) of a window clamped to the input; `counted` is PyTorch's count with padding:
-// the window up to the declared padding's end.
+// The windows of a with-indices max pooling along one axis: output o reads the input's elements
+// first[o] + k * step for k < count[o], all inside the input.
+struct AxisWindows {
+  int64_t in = 1;
+  std::vector<int64_t> first, count;
+  int64_t step = 1;
+};
+
 template <typename T>
-void max_pool_with_indices(const Pool2dGeometry& g, const T* x, T* y, int64_t* indices,
-                           int threads) {
-  cpu::parallel_chunks(g.n * g.c, g.oh * g.ow * g.kh * g.kw, threads,
+void max_pool_with_indices(const std::array<AxisWindows, 3>& axes, int64_t planes, const T* x,
+                           T* y, int64_t* indices, int threads) {
+  const auto& [depth, rows, cols] = axes;
+  const int64_t od = std::ssize(depth.first), oh = std::ssize(rows.first),
+                ow = std::ssize(cols.first);
+  const int64_t in_plane = depth.in * rows.in * cols.in, out_plane = od * oh * ow;
+  auto widest = [](const AxisWindows& a) {
+    return a.count.empty() ? 0 : *std::max_element(a.count.begin(), a.count.end());
+  };
+  cpu::parallel_chunks(planes, out_plane * widest(depth) * widest(rows) * widest(cols), threads,
                        [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const T* plane = x + p * g.h * g.w;
-      for (int64_t o = 0; o < g.oh * g.ow; ++o) {
-        auto best = lowest<decltype(comparable(T{}))>();
-        int64_t best_index = -1;
-        // As PyTorch: the window's first element until something beats -inf.
-        cpu::for_each_window_element(g, o / g.ow, o % g.ow, [&](int64_t pixel) {
-          if (best_index < 0) best_index = pixel;
-          const auto v = comparable(plane[pixel]);
-          if (v > best || is_nan(v)) {
-            best = v;
-            best_index = pixel;
+      const T* plane = x + p * in_plane;
+      int64_t o = p * out_plane;
+      for (int64_t z = 0; z < od; ++z)
+        for (int64_t r = 0; r < oh; ++r)
+          for (int64_t c = 0; c < ow; ++c, ++o) {
+            auto best = lowest<decltype(comparable(T{}))>();
+            int64_t best_index = -1;
+            for (int64_t kz = 0; kz < depth.count[z]; ++kz)
+              for (int64_t kr = 0; kr < rows.count[r]; ++kr) {
+                const int64_t row = (depth.first[z] + kz * depth.step) * rows.in + rows.first[r] +
+                                    kr * rows.step;
+                for (int64_t kc = 0; kc < cols.count[c]; ++kc) {
+                  const int64_t pixel = row * cols.in + cols.first[c] + kc * cols.step;
+                  // As PyTorch: the window's first element until something beats -inf.
+                  if (best_index < 0) best_index = pixel;
+                  const auto v = comparable(plane[pixel]);
+                  if (v > best || is_nan(v)) {
+                    best = v;
+                    best_index = pixel;
+                  }
+                }
+              }
+            KILN_ASSERT(best_index >= 0, "an empty max pooling window");
+            y[o] = plane[best_index];
+            indices[o] = best_index;
           }
-        });
-        KILN_ASSERT(best_index >= 0, "an empty max pooling window");
-        y[p * g.oh * g.ow + o] = plane[best_index];
-        indices[p * g.oh * g.ow + o] = best_index;
-      }
     }
   });
 }
@@ -421,12 +489,49 @@ std::unique_ptr<KernelInstance> max_pool_reference_kernel(const KernelSpec& spec
                       });
 }
 
+// A sliding window's elements inside the input: PyTorch's window start o * stride - padding,
+// stepped by the dilation, its taps before 0 or past the input's end skipped.
+AxisWindows strided_windows(int64_t in, int64_t out, const WindowAxis& a) {
+  AxisWindows w{.in = in, .step = a.dilation};
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t start = o * a.stride - a.pad_begin;
+    const int64_t skipped = start < 0 ? (a.dilation - 1 - start) / a.dilation : 0;
+    const int64_t below_end = start < in ? (in - start + a.dilation - 1) / a.dilation : 0;
+    w.first.push_back(start + skipped * a.dilation);
+    w.count.push_back(std::max<int64_t>(std::min(a.kernel, below_end) - skipped, 0));
+  }
+  return w;
+}
+
+AxisWindows adaptive_windows(int64_t in, int64_t out) {
+  AxisWindows w{.in = in};
+  for (int64_t o = 0; o < out; ++o) {
+    const Span s = adaptive_span(o, in, out);
+    w.first.push_back(s.begin);
+    w.count.push_back(s.end - s.begin);
+  }
+  return w;
+}
+
+// The reference kernel of the with-indices max poolings over kSpatial dims (2-d as 3-d with one
+// depth), adaptive or sliding windows.
+template <size_t kSpatial, bool kAdaptive>
 std::unique_ptr<KernelInstance> max_pool_with_indices_kernel(const KernelSpec& spec) {
+  const std::vector<int64_t> x = spec.input_sizes(0), y = spec.output_sizes(0);
+  const size_t r = x.size(), first_axis = r - kSpatial;
+  std::array<AxisWindows, 3> axes{AxisWindows{.first = {0}, .count = {1}}, {}, {}};
+  std::vector<WindowAxis> windows;
+  if constexpr (!kAdaptive) windows = window_axes(spec.node, kSpatial, /*has_dilation=*/true);
+  for (size_t i = 0; i < kSpatial; ++i)
+    axes[3 - kSpatial + i] = kAdaptive ? adaptive_windows(x[first_axis + i], y[first_axis + i])
+                                       : strided_windows(x[first_axis + i], y[first_axis + i], windows[i]);
+  int64_t planes = 1;
+  for (size_t d = 0; d < first_axis; ++d) planes *= x[d];
   auto typed = [&](auto t) -> std::unique_ptr<KernelInstance> {
     using T = decltype(t);
-    return make_kernel([g = pool_geometry(spec, true), threads = spec.threads](
-                           std::span<const void* const> in, std::span<void* const> out) {
-      max_pool_with_indices(g, static_cast<const T*>(in[0]), static_cast<T*>(out[0]),
+    return make_kernel([axes, planes, threads = spec.threads](std::span<const void* const> in,
+                                                              std::span<void* const> out) {
+      max_pool_with_indices(axes, planes, static_cast<const T*>(in[0]), static_cast<T*>(out[0]),
                             static_cast<int64_t*>(out[1]), threads);
     });
   };
@@ -435,8 +540,8 @@ std::unique_ptr<KernelInstance> max_pool_with_indices_kernel(const KernelSpec& s
     case DType::F64: return typed(double{});
     case DType::BF16: return typed(cpu::BFloat16{});
     case DType::F16: return typed(cpu::Float16{});
-    default: KILN_ASSERT(false, "max_pool2d_with_indices has no kernel for "
-                                    << dtype_name(spec.inputs[0].dtype));
+    default: KILN_ASSERT(false, spec.node.op() << " has no kernel for "
+                                               << dtype_name(spec.inputs[0].dtype));
   }
 }
 
@@ -682,15 +787,27 @@ void register_pooling_ops(OpRegistry& registry) {
 #endif
   max_pool.kernels.push_back({"reference", "native", always_supported, max_pool_reference_kernel});
 
-  OpDef with_indices;
-  with_indices.name = "max_pool2d_with_indices";
-  with_indices.inputs = {{"x"}};
-  with_indices.num_outputs = 2;
-  with_indices.attrs = max_pool.attrs;
-  with_indices.infer = infer_max_pool2d_with_indices;
-  with_indices.kernels.push_back(
-      {"reference", "native", always_supported, max_pool_with_indices_kernel});
-  registry.add(std::move(with_indices));
+  auto with_indices = [&](std::string name, std::vector<AttrSpec> attrs,
+                          std::function<void(InferContext&)> infer,
+                          decltype(KernelDef::create) kernel) {
+    OpDef op;
+    op.name = std::move(name);
+    op.inputs = {{"x"}};
+    op.num_outputs = 2;
+    op.attrs = std::move(attrs);
+    op.infer = infer;
+    op.kernels.push_back({"reference", "native", always_supported, kernel});
+    registry.add(std::move(op));
+  };
+  with_indices("max_pool2d_with_indices", max_pool.attrs, infer_max_pool_with_indices<2>,
+               max_pool_with_indices_kernel<2, false>);
+  with_indices("max_pool3d_with_indices", max_pool.attrs, infer_max_pool_with_indices<3>,
+               max_pool_with_indices_kernel<3, false>);
+  const std::vector<AttrSpec> output_size = {{"output_size", none, /*required=*/true}};
+  with_indices("adaptive_max_pool2d", output_size, infer_adaptive_max_pool<2>,
+               max_pool_with_indices_kernel<2, true>);
+  with_indices("adaptive_max_pool3d", output_size, infer_adaptive_max_pool<3>,
+               max_pool_with_indices_kernel<3, true>);
   registry.add(std::move(max_pool));
 
   OpDef avg_pool;

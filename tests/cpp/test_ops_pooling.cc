@@ -217,6 +217,69 @@ TEST(OpsPooling, MaxPoolWithIndicesPointsAtTheElementPyTorchTakes) {
   EXPECT_EQ(idx3[0], 12);
 }
 
+// 3-d windows number their elements (depth * H + row) * W + column within the plane; adaptive
+// windows are PyTorch's [floor(o * in / out), ceil((o + 1) * in / out)), unequal and overlapping.
+TEST(OpsPooling, MaxPool3dAndAdaptiveWithIndicesTakeEachWindowsElement) {
+  auto run = [](const std::string& op, const Ints& sizes, const std::vector<float>& values,
+                AttrMap attrs) {
+    OneNode n(op, {type_of(DType::F32, sizes)}, std::move(attrs));
+    EXPECT_EQ(n.node->output(1)->type().dtype, DType::I64);
+    EXPECT_EQ(n.node->output(1)->type().shape, n.output_type().shape);
+    std::vector<Tensor> out = test::run_kernel(*n.node, "reference",
+                                               {test::tensor_of(sizes, values)}, 2);
+    return std::make_pair(floats(out[0]), test::values_of<int64_t>(out[1]));
+  };
+  std::vector<float> cube(27);  // 3x3x3, value = index
+  for (size_t i = 0; i < cube.size(); ++i) cube[i] = static_cast<float>(i);
+  // 2x2x2 windows at stride 1: each window's last corner.
+  auto [y, idx] = run("max_pool3d_with_indices", {1, 1, 3, 3, 3}, cube,
+                      {{"kernel_size", Ints{2}}, {"stride", Ints{1}}});
+  EXPECT_EQ(idx, (std::vector<int64_t>{13, 14, 16, 17, 22, 23, 25, 26}));
+  EXPECT_EQ(y, (std::vector<float>{13, 14, 16, 17, 22, 23, 25, 26}));
+  // Padding 1, stride 2 on [C, D, H, W]: the 8 windows clip to the cube's corners' 2x2x2 blocks.
+  auto [y2, idx2] = run("max_pool3d_with_indices", {1, 3, 3, 3}, cube,
+                        {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}});
+  EXPECT_EQ(idx2, (std::vector<int64_t>{13, 14, 16, 17, 22, 23, 25, 26}));
+  // Dilation 2 along the depth only: window (0, 0, 0) reads depths 0 and 2.
+  auto [y3, idx3] = run("max_pool3d_with_indices", {1, 1, 3, 3, 3}, cube,
+                        {{"kernel_size", Ints{2, 1, 1}}, {"dilation", Ints{2, 1, 1}}});
+  EXPECT_EQ(idx3.size(), 9u);
+  EXPECT_EQ(idx3[0], 18);
+  EXPECT_EQ(idx3[8], 26);
+  // 5 columns into 3 windows: [0, 2), [1, 4), [3, 5). The largest of each, ties to the first.
+  auto [y4, idx4] = run("adaptive_max_pool2d", {1, 1, 1, 5}, {4, 9, 9, 1, 2},
+                        {{"output_size", Ints{1, 3}}});
+  EXPECT_EQ(idx4, (std::vector<int64_t>{1, 1, 4}));
+  EXPECT_EQ(y4, (std::vector<float>{9, 9, 2}));
+  // More outputs than inputs: 2 rows into 3 windows [0, 1), [0, 2), [1, 2); a NaN wins.
+  auto [y5, idx5] = run("adaptive_max_pool2d", {1, 2, 1}, {kNaN, 3}, {{"output_size", Ints{3, 1}}});
+  EXPECT_EQ(idx5, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_TRUE(std::isnan(y5[0]) && std::isnan(y5[1]));
+  EXPECT_EQ(y5[2], 3);
+  // 3-d: one window over the whole cube, and [1, 1, 2] splitting the columns 0-1 and 1-2.
+  auto [y6, idx6] = run("adaptive_max_pool3d", {1, 1, 3, 3, 3}, cube, {{"output_size", Ints{1}}});
+  EXPECT_EQ(idx6, (std::vector<int64_t>{26}));
+  auto [y7, idx7] = run("adaptive_max_pool3d", {1, 3, 3, 3}, cube, {{"output_size", Ints{1, 1, 2}}});
+  EXPECT_EQ(idx7, (std::vector<int64_t>{25, 26}));
+}
+
+TEST(OpsPooling, MaxPool3dAndAdaptiveWithIndicesRejectWhatPyTorchRejects) {
+  auto fails = [](const std::string& op, DType dtype, const Ints& sizes, AttrMap attrs) {
+    EXPECT_THROW(OneNode(op, {type_of(dtype, sizes)}, std::move(attrs)), Error) << op;
+  };
+  fails("max_pool3d_with_indices", DType::F32, {1, 4, 4}, {{"kernel_size", Ints{2}}});
+  fails("max_pool3d_with_indices", DType::I64, {1, 1, 4, 4, 4}, {{"kernel_size", Ints{2}}});
+  fails("max_pool3d_with_indices", DType::F32, {1, 1, 4, 4, 4}, {{"kernel_size", Ints{2, 2}}});
+  fails("max_pool3d_with_indices", DType::F32, {1, 1, 4, 4, 4},
+        {{"kernel_size", Ints{2}}, {"padding", Ints{2}}});
+  fails("max_pool3d_with_indices", DType::F32, {1, 1, 1, 4, 4}, {{"kernel_size", Ints{2}}});
+  fails("adaptive_max_pool2d", DType::I32, {1, 1, 4, 4}, {{"output_size", Ints{2}}});
+  fails("adaptive_max_pool2d", DType::F32, {1, 0, 4, 4}, {{"output_size", Ints{2}}});
+  fails("adaptive_max_pool2d", DType::F32, {1, 1, 4, 4}, {{"output_size", Ints{2, 2, 2}}});
+  fails("adaptive_max_pool3d", DType::F32, {1, 4, 4}, {{"output_size", Ints{2, 2, 2}}});
+  fails("adaptive_max_pool3d", DType::F32, {1, 1, 4, 4, 4}, {{"output_size", Ints{-1}}});
+}
+
 TEST(OpsPooling, MaxPoolWithIndicesTakesFloatsOnly) {
   EXPECT_THROW(OneNode("max_pool2d_with_indices", {type_of(DType::I32, {1, 1, 4, 4})},
                        {{"kernel_size", Ints{2}}}),

@@ -55,6 +55,8 @@ ALIASES = {
     "nn.functional.batch_norm": "_native_batch_norm_legit_no_training",
     "nn.functional.instance_norm": "_native_batch_norm_legit",
     "nn.functional.max_pool2d": "max_pool2d_with_indices",
+    "nn.functional.max_pool1d": "max_pool2d_with_indices",
+    "nn.functional.adaptive_max_pool1d": "adaptive_max_pool2d",
     "nn.functional.adaptive_avg_pool2d": "_adaptive_avg_pool2d",
     "nn.functional.scaled_dot_product_attention": "_scaled_dot_product_flash_attention_for_cpu",
     "nn.functional.pad": "constant_pad_nd",

@@ -1,7 +1,7 @@
 """The pooling converters (src/frontend/aten/aten_pooling.cc) against PyTorch eager:
 max_pool2d_with_indices's indices, bit for bit, over the window forms and the float dtypes, with
 ties, NaNs and -inf placed to test which element each window takes; 3-d max, average and
-adaptive average pooling as two 2-d poolings. fallback_to_cpu=False makes every node convert."""
+adaptive average pooling as two 2-d poolings; 3-d and adaptive max pooling with indices. fallback_to_cpu=False makes every node convert."""
 
 import pytest
 import torch
@@ -118,10 +118,53 @@ def test_adaptive_avg_pool3d(size):
     torch.testing.assert_close(got, fn(x))
 
 
-def test_max_pool3d_indices_stay_in_pytorch():
-    x = torch.randn(1, 2, 4, 4, 4)
-    report = kiln.explain(lambda t: F.max_pool3d(t, 2, return_indices=True)[1] * 2, x)
-    assert "indices" in report.fallback["aten.max_pool3d_with_indices.default"][1], str(report)
+WITH_INDICES = {  # 3-d max pooling and adaptive max pooling, indices read: the ops of those names
+    "max3d_k2": (lambda x: F.max_pool3d(x, 2, return_indices=True), (2, 3, 4, 6, 6)),
+    "max3d_all_options": (lambda x: F.max_pool3d(x, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1),
+                                                 dilation=(1, 2, 1), ceil_mode=True,
+                                                 return_indices=True), (2, 3, 7, 8, 9)),
+    "max3d_unbatched": (lambda x: F.max_pool3d(x, 3, stride=2, padding=1, return_indices=True),
+                        (3, 5, 6, 7)),
+    "adaptive2d_unequal": (lambda x: F.adaptive_max_pool2d(x, (4, 3), return_indices=True),
+                           (2, 3, 6, 8)),
+    "adaptive2d_unbatched": (lambda x: F.adaptive_max_pool2d(x, (5, 7), return_indices=True),
+                             (3, 6, 9)),
+    "adaptive2d_upsampling": (lambda x: F.adaptive_max_pool2d(x, (9, 11), return_indices=True),
+                              (1, 2, 4, 5)),
+    "adaptive2d_values": (lambda x: F.adaptive_max_pool2d(x, (4, 3)), (2, 3, 6, 8)),
+    "adaptive3d_unequal": (lambda x: F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True),
+                           (2, 3, 5, 7, 6)),
+    "adaptive3d_values": (lambda x: F.adaptive_max_pool3d(x, (3, 2, 2)), (2, 5, 7, 6)),
+    "adaptive3d_dividing": (lambda x: F.adaptive_max_pool3d(x, (1, 3, 2)), (2, 3, 4, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("case", WITH_INDICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_max_pool_with_indices_matches_eager_bit_for_bit(case, dtype):
+    """Windows of unequal sizes, overlapping, dilated and clipped, with ties, NaNs and -inf: the
+    values and the element each window takes are eager's."""
+    fn, shape = WITH_INDICES[case]
+    x = hard_input(shape, dtype)
+    expected = fn(x)
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    if not isinstance(expected, tuple):
+        expected, got = (expected,), (got,)
+    for e, g in zip(expected, got, strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert torch.equal(g.isnan(), e.isnan())
+        assert torch.equal(g.nan_to_num(7.0), e.nan_to_num(7.0))
+
+
+def test_adaptive_max_pool2d_of_a_dynamic_image_size():
+    """The adaptive windows follow each call's input size, through one compiled graph."""
+    fn = lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True)  # noqa: E731
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, dynamic=True)
+    for shape in [(1, 2, 7, 9), (2, 2, 10, 5), (1, 2, 3, 13)]:
+        x = hard_input(shape, torch.float32)
+        (values, indices), (got_values, got_indices) = fn(x), compiled(x)
+        assert torch.equal(got_indices, indices)
+        assert torch.equal(got_values.nan_to_num(7.0), values.nan_to_num(7.0))
 
 
 @pytest.mark.parametrize("size", [1, (2, 4), (3, 2)])
@@ -132,9 +175,3 @@ def test_adaptive_max_pool2d_with_dividing_outputs(size):
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
     assert torch.equal(got.nan_to_num(7.0), fn(x).nan_to_num(7.0))
     assert torch.equal(got.isnan(), fn(x).isnan())
-
-
-def test_adaptive_max_pool2d_of_unequal_windows_stays_in_pytorch():
-    x = torch.randn(1, 2, 6, 8)
-    report = kiln.explain(lambda t: F.adaptive_max_pool2d(t, (4, 3)) * 2, x)
-    assert "windows differ" in report.fallback["aten.adaptive_max_pool2d.default"][1]

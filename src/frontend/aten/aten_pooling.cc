@@ -1,4 +1,5 @@
-// Pooling and batch norm → Kiln's CNN ops; 3-d pooling as two 2-d ones.
+// Pooling and batch norm → Kiln's CNN ops; 3-d pooling as two 2-d ones where the indices
+// aren't read.
 #include <array>
 #include <functional>
 
@@ -66,8 +67,23 @@ AttrMap window_attrs(ConvertContext& ctx, bool depth, bool dilation) {
 }  // namespace
 
 void register_aten_pooling_converters(ConverterRegistry& r) {
+  // The values alone as two 2-d max poolings (their fast kernels); the indices from the 3-d op.
   r.add("aten.max_pool3d_with_indices.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    if (ctx.output_used(1)) ctx.unsupported("max_pool3d's indices (Kiln computes the values)");
+    if (ctx.output_used(1)) {
+      const auto dhw = [&](const char* arg, std::array<int64_t, 3> fallback) {
+        const auto v = triple(ctx, arg, fallback);
+        return std::vector<int64_t>(v.begin(), v.end());
+      };
+      const auto kernel = dhw("kernel_size", {1, 1, 1});
+      return ctx.graph().add_node(
+          "max_pool3d_with_indices", {ctx.tensor("self")},
+          {{"kernel_size", kernel},
+           {"stride", dhw("stride", {kernel[0], kernel[1], kernel[2]})},
+           {"padding", dhw("padding", {0, 0, 0})},
+           {"dilation", dhw("dilation", {1, 1, 1})},
+           {"ceil_mode", ctx.boolean("ceil_mode")}},
+          ctx.node_name());
+    }
     return {pool3d(ctx, [&](Value* v, bool depth) {
               return ctx.add("max_pool2d", {v}, window_attrs(ctx, depth, true));
             }),
@@ -103,25 +119,42 @@ void register_aten_pooling_converters(ConverterRegistry& r) {
     if (!ctx.output_used(1)) return {ctx.add("max_pool2d", {x}, attrs), nullptr};
     return ctx.graph().add_node("max_pool2d_with_indices", {x}, attrs, ctx.node_name());
   });
-  // adaptive_max_pool2d whose output divides the input (global max pooling, fastai's concat
-  // pooling): PyTorch's adaptive windows are then max_pool2d's with kernel = stride = in / out.
-  r.add("aten.adaptive_max_pool2d.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    if (ctx.output_used(1)) ctx.unsupported("adaptive_max_pool2d's indices (Kiln computes the values)");
-    Value* x = ctx.tensor("self");
-    const size_t rank = x->type().rank();
-    if (rank != 3 && rank != 4) ctx.unsupported("adaptive_max_pool2d of a rank-" + std::to_string(rank) + " x");
-    const std::vector<int64_t> out = ctx.integers("output_size");
-    if (out.size() != 2) ctx.unsupported("output_size other than [h, w]");
-    std::vector<int64_t> window;
-    for (size_t d = 0; d < 2; ++d) {
-      const Dim& in = x->type().shape[rank - 2 + d];
-      if (!in.is_static() || out[d] < 1 || in.size() % out[d] != 0)
-        ctx.unsupported("adaptive_max_pool2d whose output doesn't divide a static input "
-                        "(its windows differ in size)");
-      window.push_back(in.size() / out[d]);
-    }
-    return {ctx.add("max_pool2d", {x}, {{"kernel_size", window}, {"stride", window}}), nullptr};
-  });
+  // adaptive max pooling: where only the values are read and the output divides a static input
+  // (global max pooling, fastai's concat pooling), PyTorch's adaptive windows are max_pool2d's
+  // with kernel = stride = in / out (and 3-d ones two such poolings); otherwise the op of the
+  // same name, windows of any sizes, with indices.
+  for (const size_t spatial : {size_t{2}, size_t{3}}) {
+    const std::string target = "aten.adaptive_max_pool" + std::to_string(spatial) + "d.default";
+    r.add(target, [spatial](ConvertContext& ctx) -> std::vector<Value*> {
+      Value* x = ctx.tensor("self");
+      const size_t rank = x->type().rank();
+      std::vector<int64_t> out = ctx.integers("output_size");
+      if (out.size() == 1) out.assign(spatial, out[0]);
+      if (out.size() != spatial || (rank != spatial + 1 && rank != spatial + 2))
+        ctx.unsupported("an output_size or x of a rank adaptive_max_pool" +
+                        std::to_string(spatial) + "d doesn't take");
+      std::vector<int64_t> window;
+      for (size_t d = 0; d < spatial; ++d) {
+        const Dim& in = x->type().shape[rank - spatial + d];
+        if (in.is_static() && out[d] >= 1 && in.size() % out[d] == 0)
+          window.push_back(in.size() / out[d]);
+      }
+      // pool3d folds the channels into its planes: they must be static too.
+      const bool values_pooled = !ctx.output_used(1) && window.size() == spatial &&
+                                 (spatial == 2 || x->type().shape[rank - 4].is_static());
+      if (!values_pooled)
+        return ctx.graph().add_node("adaptive_max_pool" + std::to_string(spatial) + "d", {x},
+                                    {{"output_size", out}}, ctx.node_name());
+      if (spatial == 2)
+        return {ctx.add("max_pool2d", {x}, {{"kernel_size", window}, {"stride", window}}), nullptr};
+      return {pool3d(ctx, [&](Value* v, bool depth) {
+                const std::vector<int64_t> w =
+                    depth ? std::vector<int64_t>{window[0], 1} : std::vector<int64_t>{window[1], window[2]};
+                return ctx.add("max_pool2d", {v}, {{"kernel_size", w}, {"stride", w}});
+              }),
+              nullptr};
+    });
+  }
   r.add("aten.avg_pool2d.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("avg_pool2d", {ctx.tensor("self")},
                     {{"kernel_size", ctx.integers("kernel_size")},
