@@ -723,6 +723,10 @@ TEST(OpsReduction, VectorizedLogSoftmaxMatchesReference) {
   for (int64_t n : {15, 16, 17, 31, 32, 33, 47, 3075})
     expect_avx2_matches_reference("log_softmax", one_dim(-1),
                                   test::random_tensor(DType::F32, {3, n}, rng, -120, 60));
+  // Rows of near-equal values: sums of exp(x - max) up to 70001, so that log(sum) is large.
+  for (const Sizes& sizes : {Sizes{20, 2000}, Sizes{3, 70001}})
+    expect_avx2_matches_reference("log_softmax", one_dim(-1),
+                                  test::random_tensor(DType::F32, sizes, rng, -0.01, 0));
   Tensor wide = test::random_tensor(DType::F32, {64, 100}, rng, -120, 60);
   expect_avx2_matches_reference("log_softmax", one_dim(1), wide);
   expect_avx2_matches_reference("logsumexp", dims({1}), wide);
