@@ -130,9 +130,11 @@ void register_aten_pooling_converters(ConverterRegistry& r) {
       const size_t rank = x->type().rank();
       std::vector<int64_t> out = ctx.integers("output_size");
       if (out.size() == 1) out.assign(spatial, out[0]);
-      if (out.size() != spatial || (rank != spatial + 1 && rank != spatial + 2))
-        ctx.unsupported("an output_size or x of a rank adaptive_max_pool" +
-                        std::to_string(spatial) + "d doesn't take");
+      const std::string op = "adaptive_max_pool" + std::to_string(spatial) + "d";
+      if (out.size() != spatial)
+        ctx.unsupported(op + " with " + std::to_string(out.size()) + " output sizes");
+      if (rank != spatial + 1 && rank != spatial + 2)
+        ctx.unsupported(op + " of a rank-" + std::to_string(rank) + " x");
       std::vector<int64_t> window;
       for (size_t d = 0; d < spatial; ++d) {
         const Dim& in = x->type().shape[rank - spatial + d];
@@ -143,8 +145,7 @@ void register_aten_pooling_converters(ConverterRegistry& r) {
       const bool values_pooled = !ctx.output_used(1) && window.size() == spatial &&
                                  (spatial == 2 || x->type().shape[rank - 4].is_static());
       if (!values_pooled)
-        return ctx.graph().add_node("adaptive_max_pool" + std::to_string(spatial) + "d", {x},
-                                    {{"output_size", out}}, ctx.node_name());
+        return ctx.graph().add_node(op, {x}, {{"output_size", out}}, ctx.node_name());
       if (spatial == 2)
         return {ctx.add("max_pool2d", {x}, {{"kernel_size", window}, {"stride", window}}), nullptr};
       return {pool3d(ctx, [&](Value* v, bool depth) {
