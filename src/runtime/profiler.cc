@@ -91,8 +91,8 @@ double node_flops(const Node& node, std::span<const TensorView> inputs,
   }
   if (op == "grouped_matmul")  // every row in a group: offsets[G - 1] = S, as routing gives
     return 2 * out * static_cast<double>(inputs[0].sizes.back());
-  if (op == "conv2d" || op == "conv1d") {
-    // w [O, C/groups, KH(, KW)]: each output element is C/groups·KH·KW multiply-adds.
+  if (op == "conv2d" || op == "conv1d" || op == "conv3d") {
+    // w [O, C/groups, K...]: each output element is C/groups·prod(K) multiply-adds.
     double per_output = 1;
     for (size_t d = 1; d < inputs[1].sizes.size(); ++d)
       per_output *= static_cast<double>(inputs[1].sizes[d]);
@@ -100,8 +100,8 @@ double node_flops(const Node& node, std::span<const TensorView> inputs,
     bool bias = inputs.size() > (residual ? 3u : 2u);
     return 2 * out * per_output + epilogue_flops(node, out, bias);
   }
-  if (op == "conv_transpose2d") {
-    // w [C, O/groups, KH, KW]: each input element feeds O/groups·KH·KW multiply-adds.
+  if (op == "conv_transpose2d" || op == "conv_transpose3d") {
+    // w [C, O/groups, K...]: each input element feeds O/groups·prod(K) multiply-adds.
     double per_input = 1;
     for (size_t d = 1; d < inputs[1].sizes.size(); ++d)
       per_input *= static_cast<double>(inputs[1].sizes[d]);

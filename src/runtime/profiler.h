@@ -22,7 +22,7 @@
 namespace kiln {
 
 // Floating-point operations of one execution of `node` on these shapes, or 0 when not counted:
-// convolutions (conv1d, conv2d with groups, conv_transpose2d), matmul (linear, bmm and addmm are
+// convolutions (conv1d, conv2d and conv3d with groups, conv_transpose2d and 3d), matmul (linear, bmm and addmm are
 // matmuls in Kiln's IR) and scaled_dot_product_attention, 2 per multiply-add, plus one per
 // output element for each fused epilogue step (bias, activation, residual, clamp).
 double node_flops(const Node& node, std::span<const TensorView> inputs,

@@ -1,6 +1,6 @@
-// conv_transpose2d: type inference (symbolic dims included), the reference kernel against
-// hand-computed values (checked against PyTorch 2.13), and the oneDNN kernel against the reference
-// on random inputs (the dot-product error bound of kernel_harness.h).
+// conv_transpose2d and conv_transpose3d: type inference (symbolic dims included), the reference
+// kernel against hand-computed values (checked against PyTorch 2.13), and the oneDNN kernel
+// against the reference on random inputs (the dot-product error bound of kernel_harness.h).
 #include <sstream>
 
 #include "kernel_harness.h"
@@ -14,7 +14,7 @@ using Ints = std::vector<int64_t>;
 TensorType f32(const Ints& sizes) { return type_of(DType::F32, sizes); }
 
 struct Case {
-  Ints x, w;  // w is [C, O/groups, KH, KW]
+  Ints x, w;  // w is [C, O/groups, (KD,) KH, KW]; 5-D tensors make a conv_transpose3d
   Ints stride{1}, padding{0}, output_padding{0}, dilation{1};
   int64_t groups = 1;
 
@@ -22,6 +22,7 @@ struct Case {
     return {{"stride", stride}, {"padding", padding}, {"output_padding", output_padding},
             {"dilation", dilation}, {"groups", groups}};
   }
+  const char* op() const { return x.size() == 5 ? "conv_transpose3d" : "conv_transpose2d"; }
   std::string name() const {
     std::ostringstream out;
     out << "x" << shape_string(x) << " w" << shape_string(w) << " stride" << shape_string(stride)
@@ -46,7 +47,7 @@ struct CaseGraph {
       inputs.push_back(test::random_tensor(dtype, size, rng, -1, 1));
       operands.push_back(constant ? graph.add_constant("b", inputs[2]) : graph.add_input("b", type_of(dtype, size)));
     }
-    graph.add("conv_transpose2d", operands, c.attrs());
+    graph.add(c.op(), operands, c.attrs());
     node = graph.nodes().at(0);
   }
 };
@@ -56,8 +57,8 @@ Tensor run_reference(const Case& c, const std::vector<Tensor>& inputs) {
   const DType dtype = inputs[0].dtype();
   std::vector<Value*> operands{g.add_input("x", type_of(dtype, c.x)), g.add_input("w", type_of(dtype, c.w))};
   if (inputs.size() == 3) operands.push_back(g.add_input("b", type_of(dtype, inputs[2].sizes())));
-  g.add("conv_transpose2d", operands, c.attrs());
-  return test::create_and_run("conv_transpose2d", "reference", test::spec_with_constants(*g.nodes()[0]), inputs);
+  g.add(c.op(), operands, c.attrs());
+  return test::create_and_run(c.op(), "reference", test::spec_with_constants(*g.nodes()[0]), inputs);
 }
 
 std::vector<double> values(const Tensor& t) { return test::values_as_double(t); }
@@ -133,13 +134,15 @@ void check_onednn(const Case& c) {
       SCOPED_TRACE(c.name() + (bias ? " bias" : "") + (constant ? " (constants)" : ""));
       CaseGraph g(c, bias, constant, rng);
       const KernelSpec spec = test::spec_with_constants(*g.node);
-      ASSERT_EQ(test::kernel_of("conv_transpose2d", "onednn").unsupported_reason(spec), "");
-      Tensor expected = test::create_and_run("conv_transpose2d", "reference", spec, g.inputs);
+      ASSERT_EQ(test::kernel_of(c.op(), "onednn").unsupported_reason(spec), "");
+      Tensor expected = test::create_and_run(c.op(), "reference", spec, g.inputs);
       std::vector<Tensor> magnitudes;
       for (const Tensor& t : g.inputs) magnitudes.push_back(test::abs_of(t));
-      Tensor magnitude = test::create_and_run("conv_transpose2d", "reference", spec, magnitudes);
-      Tensor got = test::create_and_run("conv_transpose2d", "onednn", spec, g.inputs);
-      const int64_t terms = c.x[1] / c.groups * c.w[2] * c.w[3] + (bias ? 1 : 0);
+      Tensor magnitude = test::create_and_run(c.op(), "reference", spec, magnitudes);
+      Tensor got = test::create_and_run(c.op(), "onednn", spec, g.inputs);
+      int64_t terms = c.x[1] / c.groups;
+      for (size_t d = 2; d < c.w.size(); ++d) terms *= c.w[d];
+      terms += bias ? 1 : 0;
       test::expect_within_dot_bound(got, expected, magnitude, terms, "onednn");
     }
   }
@@ -162,6 +165,45 @@ TEST(OpsConvTranspose, OneDnnMatchesReferenceOnDilationAndGroups) {
   check_onednn({{1, 4, 1, 1}, {4, 2, 1, 1}});                             // 1x1
 }
 
+TEST(OpsConvTranspose, ThreeDReferenceMatchesHandComputedValues) {
+  for (DType dtype : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // x [1, 1, 2, 1, 1] = [1 2] along the depth, w a 2x1x1 kernel [1 10]: overlapping along the
+    // depth only, y = [1, 12, 20]; with stride 2 the taps tile: [1, 10, 2, 20].
+    Tensor x = test::tensor_of(dtype, {1, 1, 2, 1, 1}, {1, 2});
+    Tensor w = test::tensor_of(dtype, {1, 1, 2, 1, 1}, {1, 10});
+    Case c{{1, 1, 2, 1, 1}, {1, 1, 2, 1, 1}};
+    EXPECT_EQ(values(run_reference(c, {x, w})), (std::vector<double>{1, 12, 20}));
+    c.stride = {2, 1, 1};
+    EXPECT_EQ(values(run_reference(c, {x, w})), (std::vector<double>{1, 10, 2, 20}));
+  }
+  // A 2x2x2 kernel of powers of ten on one input 3: each output is 3 times its tap.
+  Case cube{{1, 1, 1, 1, 1}, {1, 1, 2, 2, 2}};
+  EXPECT_EQ(values(run_reference(cube, {test::tensor_of(DType::F32, {1, 1, 1, 1, 1}, {3}),
+                                        test::tensor_of(DType::F32, {1, 1, 2, 2, 2},
+                                                        {1, 2, 3, 4, 5, 6, 7, 8})})),
+            (std::vector<double>{3, 6, 9, 12, 15, 18, 21, 24}));
+  // Padding along the depth crops the first and last planes; output_padding 1 on the width
+  // adds a column that only the bias reaches; two groups keep their channels apart.
+  Case cropped{{1, 2, 2, 1, 1}, {2, 1, 2, 1, 1}, {1, 1, 2}, {1, 0, 0}, {0, 0, 1}};
+  cropped.groups = 2;
+  EXPECT_EQ(values(run_reference(cropped, {test::tensor_of(DType::F32, {1, 2, 2, 1, 1}, {1, 2, 3, 4}),
+                                           test::tensor_of(DType::F32, {2, 1, 2, 1, 1}, {1, 10, 100, 1000}),
+                                           test::tensor_of(DType::F32, {2}, {0.5, -0.5})})),
+            // channel 0: depth planes [1, 12, 20] cropped to [12], width [12, 0] + 0.5;
+            // channel 1: [300, 3400, 4000] cropped to [3400], + -0.5.
+            (std::vector<double>{12.5, 0.5, 3399.5, -0.5}));
+}
+
+TEST(OpsConvTranspose, ThreeDOneDnnMatchesReference) {
+  check_onednn({{1, 4, 3, 4, 5}, {4, 3, 3, 3, 3}});
+  check_onednn({{2, 8, 4, 4, 4}, {8, 4, 2, 2, 2}, {2}});                  // the 3-D U-Net up-step
+  check_onednn({{1, 6, 3, 5, 4}, {6, 2, 3, 2, 3}, {1, 2, 3}, {1, 0, 1}, {0, 1, 2}});
+  check_onednn({{1, 4, 3, 3, 3}, {4, 3, 3, 3, 3}, {1}, {2}, {0}, {2, 1, 1}});  // dilation
+  check_onednn({{1, 6, 2, 3, 3}, {6, 2, 3, 3, 1}, {2, 1, 1}, {1}, {1, 0, 0}, {1}, 3});  // groups
+  check_onednn({{1, 4, 3, 3, 3}, {4, 1, 2, 2, 2}, {2}, {0}, {0}, {1}, 4});  // depthwise
+}
+
 // ---------------------------------------------------------------- type inference
 
 TEST(OpsConvTranspose, InfersOutputShapes) {
@@ -177,6 +219,36 @@ TEST(OpsConvTranspose, InfersOutputShapes) {
                                  {"dilation", Ints{1, 2}}}),
             make_shape({2, 4, 10, 25}));
   EXPECT_EQ(shape({6, 2, 3, 3}, {{"groups", int64_t{3}}}), make_shape({2, 6, 7, 9}));
+}
+
+TEST(OpsConvTranspose, InfersThreeDOutputShapes) {
+  Graph g;
+  Dim t = g.add_symbol("T", 2, 16);
+  Value* x = g.add_input("x", TensorType{DType::F32, {Dim(1), Dim(6), t, Dim(5), Dim(7)}});
+  auto shape = [&](Ints w, AttrMap attrs) {
+    return g.add("conv_transpose3d", {x, g.add_input("w", f32(w))}, std::move(attrs))->type().shape;
+  };
+  // Depth (T-1)*2 - 2 + 4 = 2T; rows (5-1)*1 + 3 = 7 (+ output_padding 0); columns
+  // (7-1)*3 - 0 + 2*(3-1)+1 + 2 = 25.
+  const Shape s = shape({6, 4, 4, 3, 3}, {{"stride", Ints{2, 1, 3}}, {"padding", Ints{1, 0, 0}},
+                                          {"output_padding", Ints{0, 0, 2}}, {"dilation", Ints{1, 1, 2}}});
+  ASSERT_FALSE(s[2].is_static());
+  EXPECT_EQ(g.symbols()[s[2].symbol()].name, "T*2");
+  EXPECT_EQ(s[3], Dim(7));
+  EXPECT_EQ(s[4], Dim(25));
+  EXPECT_EQ(shape({6, 2, 1, 1, 1}, {{"groups", int64_t{3}}})[1], Dim(6));
+  std::string msg = test::error_message(
+      [&] { g.add("conv_transpose3d", {x, g.add_input("w2", f32({6, 2, 3, 3}))}); },
+      ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("w must be 5-D [C, O/groups, KD, KH, KW]"), std::string::npos) << msg;
+  msg = test::error_message(
+      [&] { g.add("conv_transpose3d", {x, g.add_input("w3", f32({6, 2, 3, 3, 3}))}, {{"stride", Ints{1, 2}}}); },
+      ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("stride must be one int or three [d, h, w], each positive"), std::string::npos) << msg;
+  msg = test::error_message(
+      [&] { g.add("conv_transpose3d", {x, g.add_input("w4", f32({6, 2, 3, 3, 3}))}, {{"padding", Ints{0, 4, 0}}}); },
+      ErrorCode::ShapeInference);
+  EXPECT_NE(msg.find("rows from 5 input rows"), std::string::npos) << msg;
 }
 
 TEST(OpsConvTranspose, InfersSymbolicSpatialDims) {

@@ -102,6 +102,10 @@ TEST(Profiler, FlopCounts) {
   Value* kv = g.add_input("k", TensorType{DType::F32, make_shape({2, 4, 32, 8})});
   Value* attn = g.add("scaled_dot_product_attention", {q, kv, kv});
   Value* r = g.add("relu", {mm});
+  Value* v = g.add_input("v", TensorType{DType::F32, make_shape({1, 4, 3, 5, 5})});
+  Value* conv3 = g.add("conv3d", {v, g.add_input("w3", TensorType{DType::F32, make_shape({6, 4, 2, 3, 3})})});
+  Value* up3 = g.add("conv_transpose3d", {v, g.add_input("wt", TensorType{DType::F32, make_shape({4, 2, 2, 2, 2})})},
+                     {{"stride", std::vector<int64_t>{2}}});
   auto view = [](const Value* v) {
     return TensorView{nullptr, v->type().dtype, static_sizes(v->type().shape), {}};
   };
@@ -115,6 +119,10 @@ TEST(Profiler, FlopCounts) {
   EXPECT_EQ(flops(mm), 2.0 * 3 * 5 * 6 * 7);
   EXPECT_EQ(flops(attn), 2.0 * 8 * 16 * 32 * (8 + 8));
   EXPECT_EQ(flops(r), 0.0);  // elementwise: bytes only
+  // conv3d: out [1, 6, 2, 3, 3] = 108 elements, each 4·2·3·3 = 72 multiply-adds;
+  // conv_transpose3d: 300 input elements, each feeding 2·2·2·2 = 16.
+  EXPECT_EQ(flops(conv3), 2.0 * 108 * 72);
+  EXPECT_EQ(flops(up3), 2.0 * 300 * 16);
 }
 
 TEST(Profiler, TraceHasEveryNodeOfEveryRunAndParses) {

@@ -42,6 +42,7 @@ ALIASES = {
     "nn.functional.conv2d": "convolution",
     "nn.functional.conv_transpose2d": "convolution",
     "nn.functional.conv_transpose1d": "convolution",
+    "nn.functional.conv_transpose3d": "convolution",
     "nn.functional.conv3d": "convolution",
     "nn.functional.glu": "glu",
     "nn.functional.grid_sample": "grid_sampler_2d",

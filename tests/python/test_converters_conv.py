@@ -1,7 +1,7 @@
 """aten.convolution's converter (src/frontend/aten/aten_conv.cc) against PyTorch eager: conv1d,
-conv2d, conv3d, conv_transpose2d and conv_transpose1d with their argument forms (stride, padding,
-output_padding, dilation, groups, bias or none). fallback_to_cpu=False makes every node convert;
-a transposed 3-d convolution stays in PyTorch with its reason in kiln.explain."""
+conv2d, conv3d, conv_transpose1d, conv_transpose2d and conv_transpose3d with their argument forms
+(stride, padding, output_padding, dilation, groups, bias or none). fallback_to_cpu=False makes
+every node convert."""
 
 import pytest
 import torch
@@ -49,23 +49,33 @@ def test_conv1d_unbatched():
     compiled_matches_eager(lambda x, w: F.conv1d(x, w, stride=2), x, w)
 
 
-CONV_TRANSPOSE2D = {  # kwargs of F.conv_transpose2d on x[2, 4, 5, 6] and w[4, 6 / groups, 3, 2]
-    "plain": {},
-    "stride_padding": {"stride": 2, "padding": 1},
-    "output_padding": {"stride": (2, 3), "output_padding": (1, 2)},
-    "dilation_groups": {"dilation": (2, 1), "groups": 2, "padding": (1, 0)},
-    "output_padding_below_dilation": {"dilation": 3, "output_padding": 1},
+# kwargs of F.conv_transpose2d on x[2, 4, 5, 6] and w[4, 6 / groups, 3, 2], and of
+# F.conv_transpose3d on x[2, 4, 3, 5, 4] and w[4, 6 / groups, 3, 2, 3].
+CONV_TRANSPOSE = {
+    2: {"plain": {},
+        "stride_padding": {"stride": 2, "padding": 1},
+        "output_padding": {"stride": (2, 3), "output_padding": (1, 2)},
+        "dilation_groups": {"dilation": (2, 1), "groups": 2, "padding": (1, 0)},
+        "output_padding_below_dilation": {"dilation": 3, "output_padding": 1}},
+    3: {"plain": {},
+        "stride_padding": {"stride": 2, "padding": 1},
+        "output_padding": {"stride": (2, 1, 3), "output_padding": (1, 0, 2)},
+        "dilation_groups": {"dilation": (2, 1, 1), "groups": 2, "padding": (1, 0, 1)},
+        "output_padding_below_dilation": {"dilation": 3, "output_padding": 1}},
 }
+CONV_TRANSPOSE_SIZES = {2: ((2, 4, 5, 6), (3, 2)), 3: ((2, 4, 3, 5, 4), (3, 2, 3))}
 
 
-@pytest.mark.parametrize("case", CONV_TRANSPOSE2D)
+@pytest.mark.parametrize("spatial,case", [(d, c) for d in CONV_TRANSPOSE for c in CONV_TRANSPOSE[d]])
 @pytest.mark.parametrize("bias", [True, False])
-def test_conv_transpose2d(case, bias):
-    kwargs = CONV_TRANSPOSE2D[case]
+def test_conv_transpose(spatial, case, bias):
+    kwargs = CONV_TRANSPOSE[spatial][case]
     groups = kwargs.get("groups", 1)
-    x, w = torch.randn(2, 4, 5, 6, generator=G), torch.randn(4, 6 // groups, 3, 2, generator=G)
+    x_size, kernel = CONV_TRANSPOSE_SIZES[spatial]
+    x, w = torch.randn(*x_size, generator=G), torch.randn(4, 6 // groups, *kernel, generator=G)
     b = torch.randn(6, generator=G) if bias else None
-    compiled_matches_eager(lambda x, w, b: F.conv_transpose2d(x, w, b, **kwargs), x, w, b)
+    fn = F.conv_transpose2d if spatial == 2 else F.conv_transpose3d
+    compiled_matches_eager(lambda x, w, b: fn(x, w, b, **kwargs), x, w, b)
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"stride": 3, "padding": 1, "output_padding": 2},
@@ -185,10 +195,16 @@ def test_conv3d_module_with_a_dynamic_frame_count():
             torch.testing.assert_close(compiled(x), fn(x))
 
 
-def test_transposed_conv3d_stays_in_pytorch():
-    x, w = torch.randn(1, 2, 4, 4, 4, generator=G), torch.randn(2, 3, 2, 2, 2, generator=G)
-    fn = lambda x, w: F.conv_transpose3d(x, w).relu()  # noqa: E731
-    report = kiln.explain(fn, x, w)
-    count, reason = report.fallback["aten.convolution.default"]
-    assert count == 1 and "transposed 3-d convolution" in reason, str(report)
-    torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, w), fn(x, w))
+def test_conv_transpose3d_module_with_a_dynamic_depth():
+    """A 3-D U-Net's up-step (nn.ConvTranspose3d, kernel 2, stride 2, its weights prepacked) then
+    a ReLU, over volumes of 4 and 6 slices from one compile, in Kiln throughout."""
+    up = torch.nn.ConvTranspose3d(8, 4, kernel_size=2, stride=2).eval()
+    fn = lambda x: up(x).relu()  # noqa: E731
+    x = torch.randn(1, 8, 4, 6, 6, generator=G)
+    report = kiln.explain(fn, x)
+    assert not report.fallback, str(report)
+    compiled = torch.compile(fn, backend="kiln", options=OPTIONS, dynamic=True)
+    with torch.no_grad():
+        for depth in (4, 6):
+            x = torch.randn(1, 8, depth, 6, 6, generator=G)
+            torch.testing.assert_close(compiled(x), fn(x))

@@ -1,5 +1,5 @@
-// aten.convolution → Kiln's conv1d, conv2d, conv3d and conv_transpose2d (conv_transpose1d as a
-// conv_transpose2d of height 1); aten.im2col (nn.Unfold, a convolution's patches) → a gather,
+// aten.convolution → Kiln's conv1d, conv2d, conv3d, conv_transpose2d and conv_transpose3d
+// (conv_transpose1d as a conv_transpose2d of height 1); aten.im2col (nn.Unfold, a convolution's patches) → a gather,
 // aten.col2im (nn.Fold) → an accumulating scatter.
 #include "frontend/converter.h"
 
@@ -32,10 +32,11 @@ std::vector<Value*> transposed(ConvertContext& ctx, Value* x, Value* w, Value* b
                 {"output_padding", per_spatial_dim(ctx, "output_padding", spatial)},
                 {"dilation", per_spatial_dim(ctx, "dilation", spatial)},
                 {"groups", ctx.integer("groups")}};
-  if (spatial == 2) {
+  if (spatial > 1) {
     std::vector<Value*> inputs = {x, w};
     if (bias) inputs.push_back(bias);
-    return {ctx.add("conv_transpose2d", inputs, std::move(attrs))};
+    return {ctx.add(spatial == 2 ? "conv_transpose2d" : "conv_transpose3d", inputs,
+                    std::move(attrs))};
   }
   // x[N, C, L] and w[C, O/g, K] as x[N, C, 1, L] and w[C, O/g, 1, K].
   attrs["stride"] = with_unit_height(per_spatial_dim(ctx, "stride", 1), 1);
@@ -174,11 +175,7 @@ void register_aten_conv_converters(ConverterRegistry& r) {
     const int64_t spatial = static_cast<int64_t>(x->type().rank()) - 2;
     if (spatial < 1 || spatial > 3)
       ctx.unsupported("a " + std::to_string(spatial) + "-d convolution (Kiln has 1-d to 3-d)");
-    if (ctx.boolean("transposed")) {
-      if (spatial == 3)
-        ctx.unsupported("a transposed 3-d convolution (Kiln has 1-d and 2-d transposed ones)");
-      return transposed(ctx, x, w, bias, spatial);
-    }
+    if (ctx.boolean("transposed")) return transposed(ctx, x, w, bias, spatial);
     std::vector<Value*> inputs = {x, w};
     if (bias) inputs.push_back(bias);
     static constexpr const char* kOps[] = {"conv1d", "conv2d", "conv3d"};

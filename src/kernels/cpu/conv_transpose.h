@@ -1,7 +1,8 @@
-// Transposed 2-D convolution on the CPU: the problem description shared by conv_transpose2d's
-// kernels, and the oneDNN kernel.
+// Transposed 2-D and 3-D convolution on the CPU: the problem description shared by
+// conv_transpose2d's and conv_transpose3d's kernels, and the oneDNN kernel.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 
@@ -9,24 +10,23 @@
 
 namespace kiln::cpu {
 
-// y[N, O, OH, OW] = conv_transpose(x[N, C, H, W], w[C, O / groups, KH, KW]) (PyTorch's weight
-// layout), all dense row-major: input (iy, ix) adds x * w[ky, kx] into output
-// (iy * stride_h - pad_h + ky * dilation_h, ix * stride_w - pad_w + kx * dilation_w), and
-// OH = (H - 1) * stride_h - 2 * pad_h + dilation_h * (KH - 1) + output_padding_h + 1.
-struct ConvTranspose2dGeometry {
-  int64_t n = 0, c = 0, h = 0, w = 0;
-  int64_t o = 0, kh = 0, kw = 0;
-  int64_t oh = 0, ow = 0;
-  int64_t groups = 1;
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t dilation_h = 1, dilation_w = 1;
-  int64_t pad_h = 0, pad_w = 0;
-  int64_t output_padding_h = 0, output_padding_w = 0;
+// y[N, O, OD, OH, OW] = conv_transpose(x[N, C, D, H, W], w[C, O / groups, KD, KH, KW])
+// (PyTorch's weight layout), all dense row-major: input (iz, iy, ix) adds x * w[kz, ky, kx]
+// into output (i * stride - pad + k * dilation) along each axis, and along each axis
+//   out = (in - 1) * stride - 2 * pad + dilation * (kernel - 1) + output_padding + 1.
+// The per-axis arrays are [depth, height, width]; a 2-D problem (spatial = 2, tensors without
+// the depth dim) has depth 1 there, with a kernel of 1 and no stride, padding or dilation.
+struct ConvTransposeGeometry {
+  using Axes = std::array<int64_t, 3>;
+  int spatial = 2;
+  int64_t n = 0, c = 0, o = 0, groups = 1;
+  Axes in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1};
+  Axes stride{1, 1, 1}, dilation{1, 1, 1}, pad{0, 0, 0}, output_padding{0, 0, 0};
 };
 
 // f32; no zero-size tensors. `bias` adds bias[O], the third input. When w is a graph constant
 // (spec.constant_inputs[1]) it is reordered once, at creation, into the primitive's layout.
-std::unique_ptr<KernelInstance> create_onednn_conv_transpose2d(const ConvTranspose2dGeometry& g,
-                                                               bool bias, const KernelSpec& spec);
+std::unique_ptr<KernelInstance> create_onednn_conv_transpose(const ConvTransposeGeometry& g,
+                                                             bool bias, const KernelSpec& spec);
 
 }  // namespace kiln::cpu

@@ -1,6 +1,7 @@
-// conv_transpose2d through oneDNN's deconvolution (forward inference, direct algorithm). Source
-// and destination stay plain NCHW; the weights take the primitive's preferred layout when they
-// are a constant, and are read in PyTorch's [C, O / groups, KH, KW] layout otherwise.
+// conv_transpose2d and conv_transpose3d through oneDNN's deconvolution (forward inference, direct
+// algorithm). Source and destination stay plain NC(D)HW; the weights take the primitive's
+// preferred layout when they are a constant, and are read in PyTorch's [C, O / groups, K...]
+// layout otherwise.
 #include <unordered_map>
 
 #include "kernels/cpu/conv_transpose.h"
@@ -11,39 +12,55 @@ namespace kiln::cpu {
 
 namespace {
 
-// PyTorch's weights [groups][C / groups][O / groups][KH][KW] as oneDNN's logical deconvolution
-// weights (groups, O / groups, C / groups, KH, KW), or (O, C, KH, KW) without groups: the same
-// memory with the channel strides swapped.
-dnnl::memory::desc plain_weights_desc(const ConvTranspose2dGeometry& g) {
-  const int64_t og = g.o / g.groups, cg = g.c / g.groups, k = g.kh * g.kw;
-  if (g.groups == 1)
-    return dnnl::memory::desc({g.o, g.c, g.kh, g.kw}, dnnl::memory::data_type::f32,
-                              dnnl::memory::dims{k, og * k, g.kw, 1});
-  return dnnl::memory::desc({g.groups, og, cg, g.kh, g.kw}, dnnl::memory::data_type::f32,
-                            dnnl::memory::dims{cg * og * k, k, og * k, g.kw, 1});
+// The problem's spatial axes of `axes` ([h, w] or [d, h, w]), after `leading` dims.
+dnnl::memory::dims spatial_dims(const ConvTransposeGeometry& g,
+                                const ConvTransposeGeometry::Axes& axes,
+                                dnnl::memory::dims leading = {}) {
+  for (size_t i = static_cast<size_t>(3 - g.spatial); i < 3; ++i) leading.push_back(axes[i]);
+  return leading;
 }
 
-class OneDnnConvTranspose2d final : public KernelInstance {
+// PyTorch's weights [groups][C / groups][O / groups][K...] as oneDNN's logical deconvolution
+// weights (groups, O / groups, C / groups, K...), or (O, C, K...) without groups: the same memory
+// with the channel strides swapped.
+dnnl::memory::desc plain_weights_desc(const ConvTransposeGeometry& g) {
+  const int64_t og = g.o / g.groups, cg = g.c / g.groups;
+  const int64_t k = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  const ConvTransposeGeometry::Axes kernel_strides{g.kernel[1] * g.kernel[2], g.kernel[2], 1};
+  if (g.groups == 1)
+    return dnnl::memory::desc(spatial_dims(g, g.kernel, {g.o, g.c}), dnnl::memory::data_type::f32,
+                              spatial_dims(g, kernel_strides, {k, og * k}));
+  return dnnl::memory::desc(spatial_dims(g, g.kernel, {g.groups, og, cg}),
+                            dnnl::memory::data_type::f32,
+                            spatial_dims(g, kernel_strides, {cg * og * k, k, og * k}));
+}
+
+ConvTransposeGeometry::Axes minus(const ConvTransposeGeometry::Axes& a,
+                                  const ConvTransposeGeometry::Axes& b) {
+  return {a[0] - b[0], a[1] - b[1], a[2] - b[2]};
+}
+
+class OneDnnConvTranspose final : public KernelInstance {
  public:
-  OneDnnConvTranspose2d(const ConvTranspose2dGeometry& g, bool bias, const KernelSpec& spec)
+  OneDnnConvTranspose(const ConvTransposeGeometry& g, bool bias, const KernelSpec& spec)
       : threads_(spec.threads), bias_(bias) {
     LibraryThreads scope(threads_);  // creation sizes the work split by the thread count
     using dt = dnnl::memory::data_type;
-    src_desc_ = plain_f32_desc({g.n, g.c, g.h, g.w});
-    dst_desc_ = plain_f32_desc({g.n, g.o, g.oh, g.ow});
+    src_desc_ = plain_f32_desc(spatial_dims(g, g.in, {g.n, g.c}));
+    dst_desc_ = plain_f32_desc(spatial_dims(g, g.out, {g.n, g.o}));
     const dnnl::memory::desc w_plain = plain_weights_desc(g);
     const Tensor* w_constant = spec.constant_inputs.size() > 1 ? spec.constant_inputs[1] : nullptr;
     const dnnl::memory::desc w_request =
         w_constant ? dnnl::memory::desc(w_plain.dims(), dt::f32, dnnl::memory::format_tag::any)
                    : w_plain;
     const dnnl::memory::desc bias_desc = bias_ ? plain_f32_desc({g.o}) : dnnl::memory::desc();
-    // oneDNN counts dilation from 0 (no gaps); output_padding extends the bottom and right,
+    // oneDNN counts dilation from 0 (no gaps); output_padding extends each axis at its end,
     // which oneDNN expresses as that much less padding there (negative when it exceeds it).
     dnnl::deconvolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src_desc_,
-        w_request, bias_desc, dst_desc_, {g.stride_h, g.stride_w},
-        {g.dilation_h - 1, g.dilation_w - 1}, {g.pad_h, g.pad_w},
-        {g.pad_h - g.output_padding_h, g.pad_w - g.output_padding_w});
+        w_request, bias_desc, dst_desc_, spatial_dims(g, g.stride),
+        spatial_dims(g, minus(g.dilation, {1, 1, 1})), spatial_dims(g, g.pad),
+        spatial_dims(g, minus(g.pad, g.output_padding)));
     dnnl::deconvolution_forward::primitive_desc pd(desc, user_scratchpad_attr(), onednn_engine());
     primitive_ = dnnl::deconvolution_forward(pd);
     weights_desc_ = pd.weights_desc();
@@ -82,9 +99,9 @@ class OneDnnConvTranspose2d final : public KernelInstance {
 
 }  // namespace
 
-std::unique_ptr<KernelInstance> create_onednn_conv_transpose2d(const ConvTranspose2dGeometry& g,
-                                                               bool bias, const KernelSpec& spec) {
-  return std::make_unique<OneDnnConvTranspose2d>(g, bias, spec);
+std::unique_ptr<KernelInstance> create_onednn_conv_transpose(const ConvTransposeGeometry& g,
+                                                             bool bias, const KernelSpec& spec) {
+  return std::make_unique<OneDnnConvTranspose>(g, bias, spec);
 }
 
 }  // namespace kiln::cpu
