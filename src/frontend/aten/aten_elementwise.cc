@@ -7,10 +7,16 @@
 #include <cmath>
 #include <limits>
 
+#include "frontend/aten/compositions.h"
 #include "frontend/converter.h"
 #include "kiln/error.h"
 
 namespace kiln {
+
+Value* log_sigmoid(ConvertContext& ctx, Value* x) {
+  Value* low = ctx.add("minimum", {x, ctx.scalar(0, x->type().dtype)});
+  return ctx.add("sub", {low, ctx.add("log1p", {ctx.add("exp", {ctx.add("neg", {ctx.add("abs", {x})})})})});
+}
 
 namespace {
 
@@ -189,13 +195,12 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
     return {ctx.add("elu", {ctx.tensor("self")},
                     {{"alpha", alpha}, {"scale", 1.0}, {"input_scale", 1 / alpha}})};
   });
-  // F.logsigmoid: min(x, 0) - log1p(exp(-|x|)), and exp(-|x|), the buffer PyTorch's CPU kernel
-  // returns beside it for the backward.
+  // F.logsigmoid, and exp(-|x|), the buffer PyTorch's CPU kernel returns beside it for the
+  // backward (unread in inference graphs).
   r.add("aten.log_sigmoid_forward.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    Value* z = ctx.add("exp", {ctx.add("neg", {ctx.add("abs", {x})})});
-    Value* low = ctx.add("minimum", {x, ctx.scalar(0, x->type().dtype)});
-    return {ctx.add("sub", {low, ctx.add("log1p", {z})}), z};
+    return {log_sigmoid(ctx, x),
+            ctx.output_used(1) ? ctx.add("exp", {ctx.add("neg", {ctx.add("abs", {x})})}) : nullptr};
   });
   // lerp: self + weight·(end − self) for |weight| < 0.5, else end − (end − self)·(1 − weight):
   // PyTorch's two branches, each exact at its end.

@@ -108,17 +108,6 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
   r.add("aten.amax.default", reduce_dims("amax", "dim"));
   r.add("aten.amin.default", reduce_dims("amin", "dim"));
   r.add("aten.logsumexp.default", reduce_dims("logsumexp", "dim"));
-  // mse_loss(x, target, reduction): (x - target)², then its mean (1, the default), sum (2) or
-  // nothing (0). DAC's quantizers compute their commitment loss in every forward.
-  r.add("aten.mse_loss.default", [](ConvertContext& ctx) -> std::vector<Value*> {
-    Value* difference = ctx.add("sub", {ctx.tensor("self"), ctx.tensor("target")});
-    Value* squares = ctx.add("mul", {difference, difference});
-    const int64_t reduction = ctx.has("reduction") ? ctx.integer("reduction") : 1;
-    if (reduction == 0) return {squares};
-    if (reduction != 1 && reduction != 2) ctx.unsupported("an unknown reduction");
-    return {ctx.add(reduction == 1 ? "mean" : "sum", {squares}, {{"dim", std::vector<int64_t>{}}})};
-  });
-
   // aminmax(x, dim, keepdim): (amin, amax) over one dim, or over every dim without one.
   r.add("aten.aminmax.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     std::vector<int64_t> dims;
