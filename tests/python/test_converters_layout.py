@@ -188,3 +188,38 @@ def test_diagonal_and_rotation_composites(fn, x):
     expected = fn(x)
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
     torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+A = torch.ops.aten
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: A.view_copy(x, [4, 3, 2]),
+    lambda x: A.permute_copy(x, [2, 0, 1]),
+    lambda x: A.transpose_copy(x, 0, 2),
+    lambda x: A.t_copy(x[0]),
+    lambda x: A.squeeze_copy(x[:, :1]),
+    lambda x: A.squeeze_copy.dim(x[:, :1], 1),
+    lambda x: A.squeeze_copy.dims(x[:1, :1], [0, 1]),
+    lambda x: A.unsqueeze_copy(x, 1),
+    lambda x: A.expand_copy(x[:, :1], [2, 3, 4]),
+    lambda x: A.alias_copy(x) + 1,
+    lambda x: A.detach_copy(x),
+    lambda x: A.unbind_copy(x, 1)[2],
+    lambda x: A.split_copy(x, 2, 2)[1],
+    lambda x: A.split_with_sizes_copy(x, [1, 3], 2)[1],
+    lambda x: A.unfold_copy(x, 2, 2, 1),
+    lambda x: A.as_strided_copy(x, [3, 2], [4, 1], 1),
+    lambda x: A.slice_copy(x, 2, 1, 4, 2),
+    lambda x: A.select_copy(x, 1, -1),
+    lambda x: A.narrow_copy(x, 2, 1, 2),
+    lambda x: A.diagonal_copy(x, 0, 1, 2),
+], ids=["view", "permute", "transpose", "t", "squeeze", "squeeze_dim", "squeeze_dims",
+        "unsqueeze", "expand", "alias", "detach", "unbind", "split", "split_with_sizes", "unfold",
+        "as_strided", "slice", "select", "narrow", "diagonal"])
+def test_copy_twins_of_the_views(fn):
+    """Functionalized and exported graphs hold aten.*_copy where eager graphs hold views; each
+    converts as its view (src/frontend/aten/aten_copy_variants.cc), every node in Kiln."""
+    x = _T
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0)

@@ -285,13 +285,12 @@ void register_aten_index_converters(ConverterRegistry& r) {
     return {ctx.add("select", {ctx.tensor("self")},
                     {{"dim", ctx.integer("dim")}, {"index", ctx.integer("index")}})};
   });
-  for (const char* target : {"aten.narrow.default", "aten.narrow_copy.default"})
-    r.add(target, [](ConvertContext& ctx) -> std::vector<Value*> {
-      return {ctx.add("narrow", {ctx.tensor("self")},
-                      {{"dim", ctx.integer("dim")},
-                       {"start", ctx.integer("start")},
-                       {"length", ctx.integer("length")}})};
-    });
+  r.add("aten.narrow.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {ctx.add("narrow", {ctx.tensor("self")},
+                    {{"dim", ctx.integer("dim")},
+                     {"start", ctx.integer("start")},
+                     {"length", ctx.integer("length")}})};
+  });
   // take(x, index): x flattened, read at index (negative ones count from the end), in index's
   // shape; an index out of range is index_select's run-time E40002.
   r.add("aten.take.default", [](ConvertContext& ctx) -> std::vector<Value*> {

@@ -175,11 +175,10 @@ void register_aten_shape_converters(ConverterRegistry& r) {
       default: return {x};
     }
   });
-  for (const char* target : {"aten.diagonal.default", "aten.diagonal_copy.default"})
-    r.add(target, [](ConvertContext& ctx) -> std::vector<Value*> {
-      return {diagonal(ctx, ctx.tensor("self"), ctx.integer("offset"), ctx.integer("dim1"),
-                       ctx.integer("dim2"))};
-    });
+  r.add("aten.diagonal.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    return {diagonal(ctx, ctx.tensor("self"), ctx.integer("offset"), ctx.integer("dim1"),
+                     ctx.integer("dim2"))};
+  });
   // trace: the sum of the main diagonal, as PyTorch's (floats summed in f64, integers to i64).
   r.add("aten.trace.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* d = diagonal(ctx, ctx.tensor("self"), 0, 0, 1);
