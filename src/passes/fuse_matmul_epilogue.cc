@@ -80,9 +80,10 @@ RewriteRule bias_rule(bool through_reshape) {
             const TensorType& seen = step_input_type(m);
             const TensorType& bias = m["bias"]->type();
             // Through a reshape, the bias still broadcasts along the product's columns only when
-            // the last dim is the same N.
+            // the last dim is the same N. A vector w ([M, K]·[K], mv) leaves no N: the product's
+            // last dim is M, which the kernel's per-column bias would not follow.
             if (!cpu::epilogue_of(*mm).empty() || !mm->attr_string("dtype").empty() ||
-                bias.dtype != y.dtype || bias.rank() != 1 ||
+                mm->input(1)->type().rank() < 2 || bias.dtype != y.dtype || bias.rank() != 1 ||
                 y.rank() == 0 || seen.rank() == 0 || bias.shape[0] != y.shape.back() ||
                 seen.shape.back() != y.shape.back() || m.root->output()->type() != seen)
               return {};

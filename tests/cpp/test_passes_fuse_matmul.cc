@@ -307,6 +307,29 @@ graph @g {
 })");
 }
 
+// A matrix-vector product's [M] result has no column dim: an add of an [M] vector is a residual
+// (element by element), never a bias (per column), which gave every row the bias of row 0.
+TEST(FuseMatmulEpilogue, MatrixVectorAddIsAResidual) {
+  auto pass = make_fuse_matmul_epilogue();
+  expect_fused(*pass, R"(
+graph @g {
+  input %m : f32[5, 10]
+  input %v : f32[10]
+  input %s : f32[5]
+  %y = matmul(%m, %v)
+  %z = add(%y, %s)
+  output %z
+})",
+               R"(
+graph @g {
+  input %m : f32[5, 10]
+  input %v : f32[10]
+  input %s : f32[5]
+  %z_1 = matmul(%m, %v, %s) {residual = true}
+  output %z_1
+})");
+}
+
 TEST(FuseMatmulEpilogue, MustNotFire) {
   auto pass = make_fuse_matmul_epilogue();
   // The product has another consumer.
