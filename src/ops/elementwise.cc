@@ -7,7 +7,7 @@
 //             round (decimals), isnan, isinf, logical_not, bitwise_not, erfc, erfinv, lgamma,
 //             digamma
 //   binary:   add (alpha), sub (alpha), mul, div (rounding_mode), pow, maximum, minimum, fmod,
-//             remainder, atan2, hypot, logaddexp, copysign, eq, ne, lt, le, gt, ge,
+//             remainder, atan2, hypot, logaddexp, logaddexp2, copysign, eq, ne, lt, le, gt, ge,
 //             logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
 //             bitwise_left_shift, bitwise_right_shift, nextafter, gcd
 //   ternary:  where (condition, a, b), fma (a * b + c rounded once)
@@ -496,6 +496,10 @@ KILN_WIDE_BINARY(CopySign, std::copysign(a, b))
 KILN_WIDE_BINARY(LogAddExp, std::isinf(a) && a == b
                                 ? a
                                 : std::max(a, b) + std::log1p(std::exp(-std::abs(a - b))))
+KILN_WIDE_BINARY(LogAddExp2, std::isinf(a) && a == b
+                                 ? a
+                                 : std::max(a, b) + std::log1p(std::exp2(-std::abs(a - b))) /
+                                                        std::numbers::ln2)
 #undef KILN_WIDE_BINARY
 
 // PyTorch's formulas in the element type, rounded at each step as PyTorch rounds them:
@@ -1037,6 +1041,7 @@ const std::vector<OpEntry>& op_table() {
       entry<Atan2, kFloating, 2>("atan2"),
       entry<Hypot, kFloatOnly, 2>("hypot"),
       entry<LogAddExp, kFloatOnly, 2>("logaddexp"),
+      entry<LogAddExp2, kFloatOnly, 2>("logaddexp2"),
       entry<CopySign, kFloating, 2>("copysign"),
       entry<Comparison<std::equal_to<>>, kPredicate, 2>("eq", {},
                                                        KILN_AVX2(compare_avx2<&cpu::avx2::eq>)),

@@ -45,6 +45,8 @@ ALIASES = {
     "nn.functional.conv_transpose3d": "convolution",
     "nn.functional.cross_entropy": "nll_loss_forward",
     "nn.functional.nll_loss": "nll_loss_forward",
+    "unsafe_chunk": "unsafe_split",
+    "zero_": "zero",
     "nn.functional.conv3d": "convolution",
     "nn.functional.glu": "glu",
     "nn.functional.grid_sample": "grid_sampler_2d",

@@ -250,6 +250,9 @@ def test_isnan_isinf():
     check(lambda x: torch.isnan(x), "x")
     check(lambda x: torch.isinf(x), "x")
     check(lambda i: torch.isnan(i), "i")
+    check(lambda x: torch.isposinf(x), "x")
+    check(lambda x: torch.isneginf(x), "x")
+    check(lambda i: torch.isneginf(i), "i")
 
 
 # ------------------------------------------------------------------ unary ops
@@ -338,10 +341,10 @@ def test_prelu_is_eagers_bit_for_bit():
 
 
 def test_binary_functions_round_once():
-    """atan2, hypot and logaddexp computed in double and rounded once: the float64 result's
-    bits (eager's own f32 kernels are 1 and 4 ULP off it); copysign is exact."""
+    """atan2, hypot, logaddexp and logaddexp2 computed in double and rounded once: the float64
+    result's bits (eager's own f32 kernels are 1 and 4 ULP off it); copysign is exact."""
     x, y = INPUTS["x"], INPUTS["y"]
-    for fn in (torch.atan2, torch.hypot, torch.logaddexp, torch.copysign):
+    for fn in (torch.atan2, torch.hypot, torch.logaddexp, torch.logaddexp2, torch.copysign):
         torch._dynamo.reset()
         got = torch.compile(fn, backend="kiln", options=OPTIONS)(x, y)
         assert ulp_distance(got, fn(x.double(), y.double()).float()) == 0, fn.__name__

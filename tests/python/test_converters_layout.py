@@ -214,12 +214,31 @@ A = torch.ops.aten
     lambda x: A.select_copy(x, 1, -1),
     lambda x: A.narrow_copy(x, 2, 1, 2),
     lambda x: A.diagonal_copy(x, 0, 1, 2),
+    lambda x: A.unsafe_split(x, 3, 2)[1],
+    lambda x: A.unsafe_split_with_sizes(x, [2, 1], 1)[0],
+    lambda x: torch.unsafe_chunk(x, 2, 2)[1],
 ], ids=["view", "permute", "transpose", "t", "squeeze", "squeeze_dim", "squeeze_dims",
         "unsqueeze", "expand", "alias", "detach", "unbind", "split", "split_with_sizes", "unfold",
-        "as_strided", "slice", "select", "narrow", "diagonal"])
-def test_copy_twins_of_the_views(fn):
-    """Functionalized and exported graphs hold aten.*_copy where eager graphs hold views; each
-    converts as its view (src/frontend/aten/aten_copy_variants.cc), every node in Kiln."""
+        "as_strided", "slice", "select", "narrow", "diagonal", "unsafe_split",
+        "unsafe_split_with_sizes", "unsafe_chunk"])
+def test_twins(fn):
+    """Functionalized and exported graphs hold aten.*_copy where eager graphs hold views, and
+    unsafe_split is split without autograd's checks; each converts as its original
+    (src/frontend/aten/aten_twins.cc), every node in Kiln."""
     x = _T
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
     torch.testing.assert_close(got, fn(x), rtol=0, atol=0)
+
+
+def test_functional_zero_and_strided_empties():
+    """x.zero_() as functionalization leaves it (aten.zero), and new_empty_strided, whose
+    contents PyTorch leaves unspecified (Kiln's are zeros); only the shape and dtype are compared
+    for the empties."""
+    x = _T
+    fn = lambda x: torch.ops.aten.zero(x) + x  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0)
+    torch._dynamo.reset()
+    fn = lambda x: x.new_empty_strided((3, 2), (1, 3), dtype=torch.float64)  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    assert got.shape == (3, 2) and got.dtype == torch.float64

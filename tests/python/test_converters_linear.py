@@ -1,5 +1,5 @@
-"""Matrix-product converters (src/frontend/aten/aten_linear.cc) against PyTorch eager: addmm and
-baddbmm with any beta and alpha, mv and dot. fallback_to_cpu=False makes every node convert; the refused
+"""Matrix-product converters (src/frontend/aten/aten_linear.cc) against PyTorch eager: addmm,
+baddbmm, addmv, addr and addbmm with any beta and alpha, mv, dot and vdot. fallback_to_cpu=False makes every node convert; the refused
 forms stay in PyTorch with their reason in kiln.explain."""
 
 import pytest
@@ -38,6 +38,28 @@ def test_baddbmm_with_beta_and_alpha(beta, alpha):
                            bias, B1, B2)
 
 
+@pytest.mark.parametrize("beta, alpha", [(1, 1), (0.5, 2.0), (0, -1)])
+def test_addmv_addr_addbmm_with_beta_and_alpha(beta, alpha):
+    v5, v3 = torch.randn(5, generator=G), torch.randn(3, generator=G)
+    compiled_matches_eager(lambda b, m, v: torch.addmv(b, m, v, beta=beta, alpha=alpha),
+                           v5, M, torch.randn(7, generator=G))
+    torch._dynamo.reset()
+    compiled_matches_eager(lambda b, x, y: torch.addr(b, x, y, beta=beta, alpha=alpha),
+                           torch.randn(5, 3, generator=G), v5, v3)
+    torch._dynamo.reset()
+    compiled_matches_eager(lambda b, x, y: torch.addbmm(b, x, y, beta=beta, alpha=alpha),
+                           torch.randn(5, 3, generator=G), B1, B2)
+
+
+def test_matrix_vector_product_plus_a_vector():
+    """m @ v + s adds s element by element: the epilogue fusion once took the [M] vector for a
+    bias over columns and added s[0] to every row."""
+    s = torch.randn(5, generator=G)
+    fn = lambda m, v, s: m @ v + s  # noqa: E731
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(M, K[:, 0], s)
+    torch.testing.assert_close(got, fn(M, K[:, 0], s))
+
+
 def test_beta_zero_ignores_nan_in_input_as_pytorch_does():
     bias = torch.full((5, 3), float("nan"))
     fn = lambda b, m, k: torch.addmm(b, m, k, beta=0)  # noqa: E731
@@ -53,6 +75,7 @@ def test_mv():
 
 def test_dot():
     compiled_matches_eager(torch.dot, N, M[0, :3].contiguous())
+    compiled_matches_eager(torch.vdot, N, M[0, :3].contiguous())
     compiled_matches_eager(lambda a, b: a @ b, N, N)  # matmul of two vectors is dot
 
 

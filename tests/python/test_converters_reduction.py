@@ -72,9 +72,14 @@ def test_mean_in_a_dtype_kiln_lacks_stays_in_pytorch():
     lambda x: torch.trace((x[1] * 10).int()),
     lambda x: torch.aminmax(x),
     lambda x: torch.aminmax(x, dim=1, keepdim=True),
+    lambda x: torch.dist(x[0], x[1]),
+    lambda x: torch.dist(x[0], x[1, 0], p=1),
+    lambda x: torch.dist(x[0], x[1], p=float("inf")),
+    lambda x: torch.dist(x[0], x[1], p=3),
 ], ids=["prod", "prod_dim", "any", "all_dim", "all_dims", "max", "min", "max_dim", "min_dim",
         "var_mean", "std_mean", "nansum", "count_nonzero_dims", "count_nonzero", "pairwise_distance",
-        "trace", "trace_of_ints", "aminmax", "aminmax_dim"])
+        "trace", "trace_of_ints", "aminmax", "aminmax_dim", "dist", "dist_1", "dist_inf",
+        "dist_3"])
 def test_reductions_of_the_op_list(fn):
     x = INPUTS["f32"]
     expected = fn(x)

@@ -184,11 +184,19 @@ void register_aten_elementwise_converters(ConverterRegistry& r) {
     Value* positive = ctx.add("gt", {x, ctx.scalar(0, DType::I64)}, {{"wrapped_numbers", std::vector<int64_t>{1}}});
     return {ctx.add("where", {positive, x, ctx.add("mul", {ctx.tensor("weight"), x})})};
   });
-  for (const char* op : {"atan2", "hypot", "logaddexp"})
+  for (const char* op : {"atan2", "hypot", "logaddexp", "logaddexp2"})
     r.add("aten." + std::string(op) + ".default", elementwise(op, {"self", "other"}));
   for (const char* overload : {".Tensor", ".Scalar"})
     r.add(std::string("aten.copysign") + overload, elementwise("copysign", {"self", "other"}));
   r.add("aten.sgn.default", unary("sign"));  // real tensors: sgn is sign
+  // isposinf(x) and isneginf(x): x == ±inf (false for every integer).
+  for (const auto& [op, infinity] : {std::pair{"isposinf", std::numeric_limits<double>::infinity()},
+                                     std::pair{"isneginf", -std::numeric_limits<double>::infinity()}})
+    r.add("aten." + std::string(op) + ".default",
+          [infinity](ConvertContext& ctx) -> std::vector<Value*> {
+            return {ctx.add("eq", {ctx.tensor("self"), ctx.scalar(infinity, DType::F64)},
+                            {{"wrapped_numbers", std::vector<int64_t>{1}}})};
+          });
   // celu(x, alpha) is elu(x, alpha, scale 1, input_scale 1/alpha), as PyTorch computes it.
   r.add("aten.celu.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     const double alpha = ctx.has("alpha") ? ctx.number("alpha") : 1.0;

@@ -149,6 +149,8 @@ void register_aten_layout_converters(ConverterRegistry& r) {
   for (auto [target, fill] : {std::pair<const char*, double>{"aten.new_ones.default", 1.0},
                               {"aten.new_zeros.default", 0.0},
                               {"aten.new_empty.default", 0.0},
+                              {"aten.new_empty_strided.default", 0.0},  // strides: memory only
+                              {"aten.empty_strided.default", 0.0},
                               {"aten.empty.memory_format", 0.0},
                               {"aten.ones.default", 1.0},
                               {"aten.zeros.default", 0.0}})
@@ -179,6 +181,11 @@ void register_aten_layout_converters(ConverterRegistry& r) {
     Value* x = ctx.tensor("self");
     return {ctx.add("full_like", {x}, {{"fill_value", ctx.number("value")},
                                       {"dtype", std::string(dtype_name(x->type().dtype))}})};
+  });
+  // x.zero_() as functionalization leaves it.
+  r.add("aten.zero.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {ctx.add("zeros_like", {x}, {{"dtype", std::string(dtype_name(x->type().dtype))}})};
   });
   r.add("aten.fill.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {broadcast_into(ctx, ctx.tensor("value"), ctx.tensor("self"))};

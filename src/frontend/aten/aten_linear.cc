@@ -12,16 +12,17 @@ std::vector<Value*> matmul(ConvertContext& ctx) {
   return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("mat2")})};
 }
 
-// addmm / baddbmm: beta * self + alpha * (a @ b). Like PyTorch, beta = 0 ignores self (its NaN
-// and inf included).
-Converter bias_matmul(const char* a, const char* b) {
-  return [a, b](ConvertContext& ctx) -> std::vector<Value*> {
+// beta * self + alpha * product(a, b) for addmm, baddbmm, addmv, addr and addbmm. Like
+// PyTorch, beta = 0 ignores self (its NaN and inf included).
+Converter bias_product(const char* a, const char* b,
+                       Value* (*product_of)(ConvertContext&, Value*, Value*)) {
+  return [a, b, product_of](ConvertContext& ctx) -> std::vector<Value*> {
     const double alpha = ctx.has("alpha") ? ctx.number("alpha") : 1.0;
     const double beta = ctx.has("beta") ? ctx.number("beta") : 1.0;
     // PyTorch's GEMM skips the product when alpha = 0, so a NaN or inf in a or b doesn't reach
     // the result; alpha * (a @ b) would let it through.
     if (alpha == 0.0) ctx.unsupported("alpha = 0 (PyTorch skips the product; use beta * input)");
-    Value* product = ctx.add("matmul", {ctx.tensor(a), ctx.tensor(b)});
+    Value* product = product_of(ctx, ctx.tensor(a), ctx.tensor(b));
     const DType dtype = product->type().dtype;
     if (alpha != 1.0) product = ctx.add("mul", {product, ctx.scalar(alpha, dtype)});
     if (beta == 0.0) return {product};
@@ -29,6 +30,30 @@ Converter bias_matmul(const char* a, const char* b) {
     if (beta != 1.0) self = ctx.add("mul", {self, ctx.scalar(beta, dtype)});
     return {ctx.add("add", {product, self})};
   };
+}
+
+Value* matrix_product(ConvertContext& ctx, Value* a, Value* b) {
+  return ctx.add("matmul", {a, b});
+}
+
+// addr's outer product a[:, None] * b[None, :].
+Value* outer_product(ConvertContext& ctx, Value* a, Value* b) {
+  return ctx.add("mul", {ctx.add("unsqueeze", {a}, {{"dim", int64_t{1}}}),
+                         ctx.add("unsqueeze", {b}, {{"dim", int64_t{0}}})});
+}
+
+// addbmm's sum over the batch of a[i] @ b[i], as one product with the batch joined into K:
+// [n, B·m] @ [B·m, p], each element one dot product of B·m terms.
+Value* batch_summed_product(ConvertContext& ctx, Value* a, Value* b) {
+  const TensorType &ta = a->type(), &tb = b->type();
+  if (ta.rank() != 3 || tb.rank() != 3 || !is_static(ta.shape) || !is_static(tb.shape))
+    ctx.unsupported("addbmm of batches whose shapes aren't static and 3-D");
+  const int64_t batch = ta.shape[0].size(), n = ta.shape[1].size(), m = ta.shape[2].size(),
+                p = tb.shape[2].size();
+  Value* rows = ctx.add("reshape", {ctx.add("permute", {a}, {{"dims", std::vector<int64_t>{1, 0, 2}}})},
+                        {{"shape", std::vector<int64_t>{n, batch * m}}});
+  Value* columns = ctx.add("reshape", {b}, {{"shape", std::vector<int64_t>{batch * m, p}}});
+  return ctx.add("matmul", {rows, columns});
 }
 
 // A mixture-of-experts layer's expert products: input [S, K] sorted by expert, weight [E, K, N],
@@ -150,7 +175,13 @@ void register_aten_linear_converters(ConverterRegistry& r) {
   r.add("aten.dot.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("tensor")})};
   });
-  r.add("aten.addmm.default", bias_matmul("mat1", "mat2"));
+  r.add("aten.vdot.default", [](ConvertContext& ctx) -> std::vector<Value*> {  // real: dot
+    return {ctx.add("matmul", {ctx.tensor("self"), ctx.tensor("other")})};
+  });
+  r.add("aten.addmm.default", bias_product("mat1", "mat2", matrix_product));
+  r.add("aten.addmv.default", bias_product("mat", "vec", matrix_product));
+  r.add("aten.addr.default", bias_product("vec1", "vec2", outer_product));
+  r.add("aten.addbmm.default", bias_product("batch1", "batch2", batch_summed_product));
   r.add("aten._cdist_forward.default", cdist);
   r.add("aten.linalg_cross.default", linalg_cross);
   r.add("aten._euclidean_dist.default", [](ConvertContext& ctx) -> std::vector<Value*> {
@@ -166,7 +197,7 @@ void register_aten_linear_converters(ConverterRegistry& r) {
       ctx.unsupported("an out_dtype other than the input's");
     return grouped_mm(ctx, "self", "mat2");
   });
-  r.add("aten.baddbmm.default", bias_matmul("batch1", "batch2"));
+  r.add("aten.baddbmm.default", bias_product("batch1", "batch2", matrix_product));
   r.add("aten.linear.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* y = ctx.add("matmul", {ctx.tensor("input"), ctx.tensor("weight")},
                        {{"transpose_b", true}});

@@ -45,26 +45,29 @@ Converter spread(const std::string& op) {
   };
 }
 
+// The vector norm of order `ord` of float x over `over`'s dims: the reductions of |x| the order
+// names, the sum of |x|^ord to the power 1/ord otherwise, as PyTorch defines them.
+Value* norm_of(ConvertContext& ctx, Value* x, double ord, const AttrMap& over) {
+  const DType dtype = x->type().dtype;
+  if (ord == 0) return ctx.cast(ctx.add("sum", {ctx.add("ne", {x, ctx.scalar(0, dtype)})}, over),
+                                dtype);
+  if (ord == 2) return ctx.add("sqrt", {ctx.add("sum", {ctx.add("mul", {x, x})}, over)});
+  Value* magnitude = ctx.add("abs", {x});
+  if (std::isinf(ord)) return ctx.add(ord > 0 ? "amax" : "amin", {magnitude}, over);
+  if (ord == 1) return ctx.add("sum", {magnitude}, over);
+  Value* powers = ctx.add("pow", {magnitude, ctx.scalar(ord, dtype)});
+  return ctx.add("pow", {ctx.add("sum", {powers}, over), ctx.scalar(1 / ord, dtype)});
+}
+
 // linalg.vector_norm(x, ord, dim, keepdim, dtype) (torch.norm, F.normalize), and the older
-// norm(x, p, dim, keepdim, dtype) (F.pairwise_distance) whose order is `ord_arg` "p": the
-// reductions of |x| the order names, the sum of |x|^ord to the power 1/ord otherwise, as
-// PyTorch defines them.
+// norm(x, p, dim, keepdim, dtype) (F.pairwise_distance) whose order is `ord_arg` "p".
 std::vector<Value*> vector_norm(ConvertContext& ctx, const char* ord_arg) {
   Value* x = ctx.tensor("self");
   if (ctx.has("dtype")) x = ctx.cast(x, *ctx.dtype("dtype"));
   if (!is_floating(x->type().dtype)) ctx.unsupported("vector_norm of a non-float tensor");
-  const double ord = ctx.has(ord_arg) ? ctx.number(ord_arg) : 2.0;
-  const AttrMap over{{"dim", reduced_dims(ctx, "dim")},
-                     {"keepdim", ctx.has("keepdim") && ctx.boolean("keepdim")}};
-  const DType dtype = x->type().dtype;
-  if (ord == 0) return {ctx.cast(ctx.add("sum", {ctx.add("ne", {x, ctx.scalar(0, dtype)})}, over),
-                                 dtype)};
-  if (ord == 2) return {ctx.add("sqrt", {ctx.add("sum", {ctx.add("mul", {x, x})}, over)})};
-  Value* magnitude = ctx.add("abs", {x});
-  if (std::isinf(ord)) return {ctx.add(ord > 0 ? "amax" : "amin", {magnitude}, over)};
-  if (ord == 1) return {ctx.add("sum", {magnitude}, over)};
-  Value* powers = ctx.add("pow", {magnitude, ctx.scalar(ord, dtype)});
-  return {ctx.add("pow", {ctx.add("sum", {powers}, over), ctx.scalar(1 / ord, dtype)})};
+  return {norm_of(ctx, x, ctx.has(ord_arg) ? ctx.number(ord_arg) : 2.0,
+                  {{"dim", reduced_dims(ctx, "dim")},
+                   {"keepdim", ctx.has("keepdim") && ctx.boolean("keepdim")}})};
 }
 
 }  // namespace
@@ -75,6 +78,13 @@ void register_aten_reduction_converters(ConverterRegistry& r) {
   for (const char* overload : {".Scalar", ".ScalarOpt_dim", ".ScalarOpt_dim_dtype", ".ScalarOpt_dtype"})
     r.add(std::string("aten.norm") + overload,
           [](ConvertContext& ctx) { return vector_norm(ctx, "p"); });
+  // dist(x, y, p): the p-norm of x - y over every element.
+  r.add("aten.dist.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* difference = ctx.add("sub", {ctx.tensor("self"), ctx.tensor("other")});
+    if (!is_floating(difference->type().dtype)) ctx.unsupported("dist of non-float tensors");
+    return {norm_of(ctx, difference, ctx.has("p") ? ctx.number("p") : 2.0,
+                    {{"dim", std::vector<int64_t>{}}, {"keepdim", false}})};
+  });
   // var_mean and std_mean: the two reductions, each as var, std and mean compute it.
   for (const char* op : {"var", "std"})
     r.add("aten." + std::string(op) + "_mean.correction",
