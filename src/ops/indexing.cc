@@ -19,8 +19,8 @@
 //   gather(x, index; dim)           out[..., j, ...] = x[..., index[..., j, ...], ...]: index has
 //       x's rank and is no larger than x on the other dims; output index's shape.
 //   scatter(x, index, src; dim, reduce = "")     out = x, then out[..., index[p], ...] = src[p]
-//       for each position p of index (src no smaller than index); reduce "add" or "multiply"
-//       combines instead of storing.
+//       for each position p of index (src no smaller than index); reduce "add", "multiply",
+//       "amax" or "amin" combines instead of storing.
 //   index_put(x, values, indices...; accumulate = false)
 //       out = x, then out[i0[b], i1[b], ...] = values (broadcast to B + the remaining dims);
 //       accumulate adds. Negative indices wrap.
@@ -78,7 +78,7 @@ void check_same_dtype(InferContext& ctx, size_t input, const std::string& what) 
                 std::string(dtype_name(ctx.input(0).dtype)) + "; insert a cast");
 }
 
-enum class Reduce { Assign, Add, Multiply };
+enum class Reduce { Assign, Add, Multiply, Max, Min };
 
 // Reductions do arithmetic, which Kiln's kernels have for these dtypes.
 bool has_arithmetic(DType dtype) {
@@ -754,7 +754,11 @@ std::unique_ptr<KernelInstance> gather_rows(DimIndexPlan p) {
 // ---------------------------------------------------------------- scatter, index_put
 
 Reduce reduce_of(const std::string& name) {
-  return name == "add" ? Reduce::Add : name == "multiply" ? Reduce::Multiply : Reduce::Assign;
+  return name == "add"        ? Reduce::Add
+         : name == "multiply" ? Reduce::Multiply
+         : name == "amax"     ? Reduce::Max
+         : name == "amin"     ? Reduce::Min
+                              : Reduce::Assign;
 }
 
 void infer_scatter(InferContext& ctx) {
@@ -766,8 +770,10 @@ void infer_scatter(InferContext& ctx) {
   check_index_dtype(ctx, 1, "the index");
   check_same_dtype(ctx, 2, "src");
   const std::string& reduce = ctx.attr_string("reduce");
-  ctx.check(reduce.empty() || reduce == "add" || reduce == "multiply",
-            "reduce is \"" + reduce + "\"; use \"\" (store), \"add\" or \"multiply\"");
+  ctx.check(reduce.empty() || reduce == "add" || reduce == "multiply" || reduce == "amax" ||
+                reduce == "amin",
+            "reduce is \"" + reduce +
+                "\"; use \"\" (store), \"add\", \"multiply\", \"amax\" or \"amin\"");
   if (!reduce.empty()) check_reducible(ctx, "scatter with reduce=\"" + reduce + "\"");
   ctx.check(index.rank() == x.rank() && src.rank() == x.rank(),
             "x, the index and src must have one rank");
@@ -797,7 +803,8 @@ void infer_index_put(InferContext& ctx) {
   ctx.set_output(0, x);
 }
 
-// Wrapping integer arithmetic (as PyTorch's), exact float arithmetic.
+// Wrapping integer arithmetic (as PyTorch's), exact float arithmetic; amax and amin keep a NaN
+// from either side, as PyTorch's scatter_reduce does.
 template <typename T>
 T combine(Reduce reduce, T old, T value) {
   if constexpr (std::is_integral_v<T>) {
@@ -807,7 +814,11 @@ T combine(Reduce reduce, T old, T value) {
   } else {
     if (reduce == Reduce::Add) return old + value;
     if (reduce == Reduce::Multiply) return old * value;
+    if ((reduce == Reduce::Max || reduce == Reduce::Min) && (old != old || value != value))
+      return old != old ? old : value;
   }
+  if (reduce == Reduce::Max) return std::max(old, value);
+  if (reduce == Reduce::Min) return std::min(old, value);
   return value;
 }
 

@@ -3,6 +3,8 @@
 // values (PyTorch's results), the row kernels against the reference, run-time index checks, and
 // each op through the executor.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "ops_test_util.h"
@@ -529,7 +531,7 @@ TEST(OpsIndexing, ScatterInference) {
                     g.add("scatter", {x, index, src},
                           {{"dim", int64_t{0}}, {"reduce", std::string("max")}});
                   }, ErrorCode::ShapeInference),
-                  "reduce is \"max\"");
+                  "reduce is \"max\"; use \"\" (store), \"add\", \"multiply\", \"amax\" or \"amin\"");
   Value* small_src = g.add_input("small", type_of(DType::F32, {2, 4}));
   EXPECT_MENTIONS(message_of([&] { g.add("scatter", {x, index, small_src}, dim0); },
                              ErrorCode::ShapeInference),
@@ -569,7 +571,8 @@ TEST(OpsIndexing, ReferenceScatterMatchesHandComputedValues) {
   Tensor ones = test::tensor_of({2, 4}, {1, 1, 1, 1, 1, 1, 1, 1});
   Tensor twos = test::tensor_of({2, 2}, {2, 3, 4, 5});
   for (auto [reduce, expected] : std::vector<std::pair<std::string, std::vector<float>>>{
-           {"add", {1, 1, 6, 1, 1, 1, 1, 10}}, {"multiply", {1, 1, 6, 1, 1, 1, 1, 20}}}) {
+           {"add", {1, 1, 6, 1, 1, 1, 1, 10}}, {"multiply", {1, 1, 6, 1, 1, 1, 1, 20}},
+           {"amax", {1, 1, 3, 1, 1, 1, 1, 5}}, {"amin", {1, 1, 1, 1, 1, 1, 1, 1}}}) {
     OneNode n("scatter", {type_of(DType::F32, {2, 4}), type_of(DType::I32, {2, 2}),
                           type_of(DType::F32, {2, 2})},
               {{"dim", int64_t{1}}, {"reduce", reduce}});
@@ -578,6 +581,21 @@ TEST(OpsIndexing, ReferenceScatterMatchesHandComputedValues) {
               expected)
         << reduce;
   }
+  // amax and amin keep a NaN from either side (PyTorch's scatter_reduce), and take integers.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OneNode max_of("scatter", {type_of(DType::F32, {3}), type_of(DType::I64, {3}),
+                             type_of(DType::F32, {3})},
+                 {{"dim", int64_t{0}}, {"reduce", std::string("amax")}});
+  const std::vector<float> got = test::values_of<float>(run_reference(
+      max_of, {test::tensor_of({3}, {nan, 1, 2}), i64({3}, {0, 1, 1}),
+               test::tensor_of({3}, {5, nan, 7})}));
+  EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1]) && got[2] == 2);
+  OneNode min_of("scatter", {type_of(DType::I32, {2}), type_of(DType::I64, {2}),
+                             type_of(DType::I32, {2})},
+                 {{"dim", int64_t{0}}, {"reduce", std::string("amin")}});
+  EXPECT_EQ(test::values_of<int32_t>(run_reference(
+                min_of, {i32({2}, {4, 4}), i64({2}, {1, 1}), i32({2}, {-3, 9})})),
+            (std::vector<int32_t>{4, -3}));
   // Integers wrap around as in PyTorch.
   OneNode wrap("scatter", {type_of(DType::I32, {1}), type_of(DType::I64, {2}),
                           type_of(DType::I32, {2})},

@@ -114,6 +114,27 @@ def test_scatters_match_eager(case):
     assert not report.fallback, str(report)
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter_reduce_matches_eager(reduce, include_self, dtype):
+    """scatter_reduce (TAPAS's and BLT's segment reductions): duplicates, positions no index
+    reaches, a NaN in x and in src (float), the floor division of an integer mean."""
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(4, 6, generator=gen) * 4).to(dtype)
+    src = (torch.randn(3, 6, generator=gen) * 4).to(dtype)
+    index = torch.tensor([[0, 0, 2, 3, 0, 2], [0, 2, 2, 3, 0, 0], [2, 0, 2, 3, 3, 0]])
+    if dtype.is_floating_point:
+        x[0, 1], src[1, 4] = float("nan"), float("nan")
+    fn = lambda x, s: x.scatter_reduce(0, index, s, reduce, include_self=include_self)  # noqa: E731
+    if not dtype.is_floating_point and reduce in ("amax", "amin") and not include_self:
+        report = kiln.explain(fn, x, src)
+        assert "without include_self" in report.fallback["aten.scatter_reduce.two"][1]
+        return
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x, src)
+    torch.testing.assert_close(got, fn(x, src), equal_nan=True, rtol=0, atol=0)
+
+
 S = torch.tensor(2.5)
 
 

@@ -1,5 +1,6 @@
 // Slicing, indexing, joining and splitting → Kiln's indexing and concat_split families.
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -269,9 +270,66 @@ Converter scatter(bool value, std::string reduce) {
   };
 }
 
+// scatter_reduce(x, dim, index, src, reduce, include_self) (TAPAS's and BLT's segment
+// reductions, graph networks' aggregations): "sum", "prod", "amax" and "amin" are Kiln's scatter
+// with that reduce; without include_self, each position the index reaches starts from the
+// reduction's identity instead of x. "mean" is the scatter sum over a scatter count (1 for x
+// itself with include_self), floor-divided for integers; a position no index reaches keeps x.
+std::vector<Value*> scatter_reduce(ConvertContext& ctx) {
+  Value* x = at_least_1d(ctx, ctx.tensor("self"));
+  Value* index = at_least_1d(ctx, ctx.tensor("index"));
+  Value* src = at_least_1d(ctx, ctx.tensor("src"));
+  const std::string reduce = ctx.string("reduce");
+  const bool include_self = !ctx.has("include_self") || ctx.boolean("include_self");
+  const DType dtype = x->type().dtype;
+  const std::string dtype_name_of_x(dtype_name(dtype));
+  const AttrMap along{{"dim", ctx.integer("dim")}};
+  auto scattered = [&](Value* into, Value* values, const std::string& how) {
+    AttrMap attrs = along;
+    attrs["reduce"] = how;
+    return ctx.add("scatter", {into, index, values}, std::move(attrs));
+  };
+  auto filled_like = [&](Value* like, double value) {
+    return ctx.add("full_like", {like}, {{"fill_value", value}, {"dtype", dtype_name_of_x}});
+  };
+  // How many values the index brings to each position (1 more for x with include_self).
+  auto counts = [&](double start) {
+    return scattered(filled_like(x, start), filled_like(src, 1), "add");
+  };
+  Value* reached = include_self ? nullptr : ctx.add("ne", {counts(0), ctx.scalar(0, dtype)});
+  auto starting_from = [&](double identity) {
+    return include_self ? x : ctx.add("where", {reached, filled_like(x, identity), x});
+  };
+  const bool floating = is_floating(dtype);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  Value* y = nullptr;
+  if (reduce == "sum" || reduce == "prod") {
+    const bool sum = reduce == "sum";
+    y = scattered(starting_from(sum ? 0 : 1), src, sum ? "add" : "multiply");
+  } else if (reduce == "amax" || reduce == "amin") {
+    const bool max = reduce == "amax";
+    if (!floating && !include_self)
+      ctx.unsupported("integer scatter_reduce amax or amin without include_self");
+    y = scattered(starting_from(max ? -kInf : kInf), src, reduce);
+  } else if (reduce == "mean") {
+    Value* total = scattered(starting_from(0), src, "add");
+    AttrMap division;
+    if (!floating) division["rounding_mode"] = std::string("floor");
+    // A count of 0 (unreached, without include_self) divides by 1; the where keeps x there.
+    Value* mean = ctx.add(
+        "div", {total, ctx.add("maximum", {counts(include_self ? 1 : 0), ctx.scalar(1, dtype)})},
+        std::move(division));
+    y = include_self ? mean : ctx.add("where", {reached, mean, x});
+  } else {
+    ctx.unsupported("scatter_reduce with reduce=\"" + reduce + "\"");
+  }
+  return {with_rank_of(ctx, y, ctx.tensor("self"))};
+}
+
 }  // namespace
 
 void register_aten_index_converters(ConverterRegistry& r) {
+  r.add("aten.scatter_reduce.two", scatter_reduce);
   r.add("aten.slice.Tensor", [](ConvertContext& ctx) -> std::vector<Value*> {
     AttrMap attrs{{"dim", ctx.integer("dim")},
                   {"start", optional_integer(ctx, "start", 0)},
