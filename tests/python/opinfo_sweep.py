@@ -47,6 +47,7 @@ ALIASES = {
     "nn.functional.nll_loss": "nll_loss_forward",
     "unsafe_chunk": "unsafe_split",
     "zero_": "zero",
+    "nn.functional.max_unpool1d": "max_unpool2d",
     "nn.functional.conv3d": "convolution",
     "nn.functional.glu": "glu",
     "nn.functional.grid_sample": "grid_sampler_2d",

@@ -49,7 +49,7 @@ def test_max_pool2d_indices_match_eager(window, dtype):
 
 def test_indices_after_a_convolution_and_into_max_unpool():
     """A pooling in a convolution chain (channels-inner layouts around it) whose indices feed
-    max_unpool2d, left in PyTorch: the indices must be in the plain layout's numbering."""
+    max_unpool2d and are a graph output: the indices must be in the plain layout's numbering."""
     conv = torch.nn.Conv2d(3, 8, 3, padding=1).eval()
 
     def fn(x):
@@ -64,7 +64,8 @@ def test_indices_after_a_convolution_and_into_max_unpool():
     torch.testing.assert_close(got, expected)
     report = kiln.explain(fn, x)
     assert [p.ops["aten.max_pool2d_with_indices.default"] for p in report.partitions] == [1]
-    assert list(report.fallback) == ["aten.max_unpool2d.default"]
+    assert [p.ops["aten.max_unpool2d.default"] for p in report.partitions] == [1]
+    assert not report.fallback, str(report)
 
 
 # 3-d pooling (video CNNs: C3D, I3D, X3D) as a 2-d pooling over (H, W) and one over (D, 1).
@@ -175,3 +176,30 @@ def test_adaptive_max_pool2d_with_dividing_outputs(size):
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
     assert torch.equal(got.nan_to_num(7.0), fn(x).nan_to_num(7.0))
     assert torch.equal(got.isnan(), fn(x).isnan())
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_max_unpool_inverts_max_pool(dims):
+    """SegNet's decoder: nn.MaxUnpool{1,2,3}d of a pooling's values and indices (a scatter into
+    zeros), with an explicit output size one larger than the pooling's input; bit for bit."""
+    pool = getattr(torch.nn, f"MaxPool{dims}d")(2, stride=2, return_indices=True)
+    unpool = getattr(torch.nn, f"MaxUnpool{dims}d")(2, stride=2)
+    x = torch.randn(2, 3, *([5] * dims), generator=torch.Generator().manual_seed(dims))
+    size = [2, 3] + [5] * dims
+
+    def fn(x):
+        y, i = pool(x)
+        return unpool(y * 2, i, output_size=size)
+
+    got = torch.compile(fn, backend="kiln", options={"operator_selection.fallback_to_cpu": False},
+                        fullgraph=True)(x)
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0)
+
+
+def test_max_unpool_index_outside_the_output_is_a_coded_error():
+    x, i = torch.randn(1, 1, 2, 2), torch.tensor([[[[0, 9], [3, 5]]]])
+    fn = lambda x, i: torch.ops.aten.max_unpool2d(x, i, [2, 3])  # noqa: E731
+    with pytest.raises(RuntimeError, match="invalid max index"):
+        fn(x, i)
+    with pytest.raises(Exception, match="E40002.*index 9"):
+        torch.compile(fn, backend="kiln")(x, i)

@@ -1,5 +1,5 @@
 // Pooling and batch norm → Kiln's CNN ops; 3-d pooling as two 2-d ones where the indices
-// aren't read.
+// aren't read; max unpooling as a scatter.
 #include <array>
 #include <functional>
 
@@ -64,9 +64,42 @@ AttrMap window_attrs(ConvertContext& ctx, bool depth, bool dilation) {
   return attrs;
 }
 
+// max_unpool2d and max_unpool3d (SegNet's decoder; nn.MaxUnpool): each plane of x written into a
+// zero plane of output_size at its index (flattened within the plane, as max pooling returns
+// them): a scatter over the planes flattened. An index outside the plane is the scatter's
+// run-time E40002, where eager raises; of duplicates the last in order wins, as in eager's loop.
+// Static shapes.
+std::vector<Value*> max_unpool(ConvertContext& ctx) {
+  Value* x = ctx.tensor("self");
+  Value* index = ctx.tensor("indices");
+  const std::vector<int64_t> out_size = ctx.integers("output_size");
+  const TensorType& type = x->type();
+  const size_t spatial = out_size.size();
+  if (!is_static(type.shape) || index->type().shape != type.shape ||
+      (type.rank() != spatial + 1 && type.rank() != spatial + 2))
+    ctx.unsupported("max_unpool of dynamic shapes, or of indices shaped unlike x");
+  // [planes, elements of a plane] for x and the index; [planes, output plane] zeros.
+  const std::vector<int64_t> sizes = static_sizes(type.shape);
+  const size_t lead = type.rank() - spatial;
+  int64_t planes = 1, in_plane = 1, out_plane = 1;
+  for (size_t d = 0; d < type.rank(); ++d) (d < lead ? planes : in_plane) *= sizes[d];
+  for (int64_t s : out_size) out_plane *= s;
+  auto flat = [&](Value* v) {
+    return ctx.add("reshape", {v}, {{"shape", std::vector<int64_t>{planes, in_plane}}});
+  };
+  Value* zeros = ctx.add("zeros", {}, {{"size", std::vector<int64_t>{planes, out_plane}},
+                                       {"dtype", std::string(dtype_name(type.dtype))}});
+  Value* y = ctx.add("scatter", {zeros, flat(index), flat(x)}, {{"dim", int64_t{1}}});
+  std::vector<int64_t> shape(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(lead));
+  shape.insert(shape.end(), out_size.begin(), out_size.end());
+  return {ctx.add("reshape", {y}, {{"shape", shape}})};
+}
+
 }  // namespace
 
 void register_aten_pooling_converters(ConverterRegistry& r) {
+  r.add("aten.max_unpool2d.default", max_unpool);
+  r.add("aten.max_unpool3d.default", max_unpool);
   // The values alone as two 2-d max poolings (their fast kernels); the indices from the 3-d op.
   r.add("aten.max_pool3d_with_indices.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     if (ctx.output_used(1)) {
