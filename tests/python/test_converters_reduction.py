@@ -250,3 +250,37 @@ def test_vector_norm_in_a_dtype_and_normalize():
         torch._dynamo.reset()
         got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
         torch.testing.assert_close(got, fn(x))
+
+
+@pytest.mark.parametrize("fn, dim", [
+    (lambda x: torch.kthvalue(x, 2, dim=1), 1),
+    (lambda x: torch.kthvalue(x, 5, dim=0, keepdim=True), 0),
+    (lambda x: torch.median(x, dim=1), 1),
+    (lambda x: torch.median(x, dim=0, keepdim=True), 0),
+    (lambda x: torch.nanmedian(x, dim=1), 1),
+    (lambda x: torch.nanmedian(x, dim=-1, keepdim=True), 1),
+], ids=["kthvalue", "kthvalue_keepdim", "median", "median_keepdim", "nanmedian",
+        "nanmedian_keepdim"])
+def test_order_statistics_with_ties_and_nans(fn, dim):
+    """kthvalue, median and nanmedian: eager's values (NaN last in the order, median NaN where a
+    slice holds one, nanmedian over the numbers alone, all-NaN slices NaN); among equal elements
+    PyTorch promises only that x[index] is the value (its own choice varies), so the indices are
+    checked so."""
+    x = torch.tensor([[3.0, 1, 2, 1, 2, 5], [float("nan"), 4, 4, 1, float("nan"), 0],
+                      [7, 7, 7, 7, 7, 7], [float("nan")] * 6, [0, -1, 2, -3, 4, -5.0]])
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
+    expected = fn(x)
+    torch.testing.assert_close(got.values, expected.values, equal_nan=True, rtol=0, atol=0)
+    assert got.indices.dtype == torch.int64 and got.indices.shape == expected.indices.shape
+    kept = got.indices if got.indices.dim() == x.dim() else got.indices.unsqueeze(dim)
+    torch.testing.assert_close(x.gather(dim, kept), got.values.reshape(kept.shape),
+                               equal_nan=True, rtol=0, atol=0)
+
+
+def test_whole_tensor_medians():
+    x = torch.tensor([[3.0, 1, 2], [4, float("nan"), 0]])
+    for fn in (torch.median, torch.nanmedian):
+        torch._dynamo.reset()
+        for t in (x, x[:, [0, 2]], torch.tensor(2.5)):
+            got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(t)
+            torch.testing.assert_close(got, fn(t), equal_nan=True, rtol=0, atol=0)

@@ -1,6 +1,7 @@
 // Reductions → Kiln's reduction family.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "frontend/converter.h"
@@ -70,9 +71,74 @@ std::vector<Value*> vector_norm(ConvertContext& ctx, const char* ord_arg) {
                    {"keepdim", ctx.has("keepdim") && ctx.boolean("keepdim")}})};
 }
 
+// The order statistics: x sorted along dim (NaN last, as sort does; ties by lower index), then
+// the element at each slice's rank: k - 1 (kthvalue; beyond the slice, the gather's run-time
+// E40002, where PyTorch raises); (n - 1) / 2, or n - 1 (a NaN) where the slice holds a NaN
+// (median); (c - 1) / 2 of the slice's c numbers, or 0 (a NaN) for none (nanmedian). `whole`:
+// over every element (median(x), nanmedian(x): no indices). The index is that element's: among
+// equal elements PyTorch promises only that x[index] is the value (its own choice varies).
+enum class OrderStatistic { Kth, Median, NanMedian };
+std::vector<Value*> order_statistic(ConvertContext& ctx, OrderStatistic which, bool whole) {
+  Value* x = ctx.tensor("self");
+  const size_t rank = x->type().rank();
+  const bool flatten = whole || rank == 0;
+  if (flatten) x = ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{-1}}});
+  const int64_t dim = flatten ? 0 : ctx.dim("dim", rank);
+  const bool keepdim = !flatten && ctx.has("keepdim") && ctx.boolean("keepdim");
+  const DType dtype = x->type().dtype;
+  const bool floating = is_floating(dtype);
+  const std::vector<Value*> sorted = ctx.graph().add_node(
+      "topk", {x}, {{"k", int64_t{-1}}, {"dim", dim}, {"largest", false}, {"sorted", true}},
+      ctx.node_name() + "_sorted");
+  // Per slice, with the dim kept: how many of its elements are `counted` (every one, or the
+  // numbers), and integer arithmetic on such counts.
+  const AttrMap slices{{"dim", std::vector<int64_t>{dim}}, {"keepdim", true}};
+  auto count = [&](Value* counted) { return ctx.add("sum", {counted}, slices); };
+  auto i64 = [&](double v) { return ctx.scalar(v, DType::I64); };
+  auto half = [&](Value* c) {  // (c - 1) / 2, floored, at least 0
+    return ctx.add("maximum", {ctx.add("div", {ctx.add("sub", {c, i64(1)}), i64(2)},
+                                       {{"rounding_mode", std::string("floor")}}),
+                               i64(0)});
+  };
+  Value* all = count(ctx.add("ones_like", {x}, {{"dtype", std::string("i64")}}));
+  Value* ranks = nullptr;
+  if (which == OrderStatistic::Kth) {
+    ranks = ctx.add("full_like", {all}, {{"fill_value", static_cast<double>(ctx.integer("k") - 1)},
+                                         {"dtype", std::string("i64")}});
+  } else if (which == OrderStatistic::Median || !floating) {
+    ranks = half(all);
+    if (floating)
+      ranks = ctx.add("where", {ctx.add("any", {ctx.add("isnan", {x})}, slices),
+                                ctx.add("sub", {all, i64(1)}), ranks});
+  } else {
+    ranks = half(count(ctx.add("logical_not", {ctx.add("isnan", {x})})));
+  }
+  std::vector<Value*> y;
+  for (Value* v : sorted) {
+    Value* picked = ctx.add("gather", {v, ranks}, {{"dim", dim}});
+    if (flatten)
+      picked = ctx.add("reshape", {picked}, {{"shape", std::vector<int64_t>{}}});
+    else if (!keepdim)
+      picked = ctx.add("squeeze", {picked}, {{"dim", std::vector<int64_t>{dim}}});
+    y.push_back(picked);
+  }
+  if (whole) y.resize(1);
+  return y;
+}
+
 }  // namespace
 
 void register_aten_reduction_converters(ConverterRegistry& r) {
+  r.add("aten.kthvalue.default",
+        [](ConvertContext& ctx) { return order_statistic(ctx, OrderStatistic::Kth, false); });
+  r.add("aten.median.dim",
+        [](ConvertContext& ctx) { return order_statistic(ctx, OrderStatistic::Median, false); });
+  r.add("aten.nanmedian.dim",
+        [](ConvertContext& ctx) { return order_statistic(ctx, OrderStatistic::NanMedian, false); });
+  r.add("aten.median.default",
+        [](ConvertContext& ctx) { return order_statistic(ctx, OrderStatistic::Median, true); });
+  r.add("aten.nanmedian.default",
+        [](ConvertContext& ctx) { return order_statistic(ctx, OrderStatistic::NanMedian, true); });
   r.add("aten.linalg_vector_norm.default",
         [](ConvertContext& ctx) { return vector_norm(ctx, "ord"); });
   for (const char* overload : {".Scalar", ".ScalarOpt_dim", ".ScalarOpt_dim_dtype", ".ScalarOpt_dtype"})
