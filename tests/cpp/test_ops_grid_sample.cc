@@ -103,7 +103,8 @@ TEST(OpsGridSample, InfersShapes) {
   fails(f32({2, 5, 6, 3}), {}, "grid must be 4-D [N, OH, OW, 2]");
   fails(f32({3, 5, 6, 2}), {}, "x's and grid's batch");
   fails(type_of(DType::F64, {2, 5, 6, 2}), {}, "grid must have x's dtype");
-  fails(f32({2, 5, 6, 2}), {{"mode", std::string("bicubic")}}, "mode must be \"bilinear\" or \"nearest\"");
+  fails(f32({2, 5, 6, 2}), {{"mode", std::string("bicubics")}},
+        "mode must be \"bilinear\", \"nearest\" or \"bicubic\"");
   fails(f32({2, 5, 6, 2}), {{"padding_mode", std::string("circular")}}, "padding_mode must be");
 }
 

@@ -177,12 +177,13 @@ def same_bits(got, expected):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_grid_sample_matches_eager_bit_for_bit(dtype, mode, padding_mode, align_corners):
     """Kiln computes each step as PyTorch's AVX2/AVX-512 kernel does, FMAs included; 70 points
-    a batch item take the 8-wide kernel and its scalar tail."""
+    a batch item take the 8-wide kernel and its scalar tail (bicubic: the scalar loop, with the
+    vector build's contractions)."""
     x = torch.randn(2, 3, 6, 9, generator=torch.Generator().manual_seed(6), dtype=dtype)
     g = sampling_grid(2, 7, 10, dtype)
     fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,  # noqa: E731
@@ -191,12 +192,19 @@ def test_grid_sample_matches_eager_bit_for_bit(dtype, mode, padding_mode, align_
     assert same_bits(got, fn(x, g))
 
 
-def test_bicubic_grid_sample_stays_in_pytorch():
-    x, g = torch.randn(1, 2, 5, 5), sampling_grid(1, 3, 4, torch.float32).clamp(-1, 1).nan_to_num()
-    fn = lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False).exp()  # noqa: E731
-    report = kiln.explain(fn, x, g)
-    assert "bicubic" in report.fallback["aten.grid_sampler_2d.default"][1], str(report)
-    torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, g), fn(x, g))
+def test_glm4v_position_embedding_resampling():
+    """GLM-4V adapts its learned position grid to each image by bicubic grid sampling with
+    border padding: one Kiln partition, eager's bits."""
+    table = torch.randn(1, 32, 6, 6, generator=torch.Generator().manual_seed(8))
+    norm_w = ((torch.arange(14.0) + 0.5) / 14) * 2 - 1
+    norm_h = ((torch.arange(10.0) + 0.5) / 10) * 2 - 1
+    grid = torch.stack((norm_w.expand(10, 14).flatten(), norm_h[:, None].expand(10, 14).flatten()), -1)
+    grid = grid[None, :, None, :]
+    fn = lambda t, g: F.grid_sample(t, g, mode="bicubic", align_corners=False,  # noqa: E731
+                                    padding_mode="border").squeeze(0).squeeze(-1).permute(1, 0)
+    report = kiln.explain(fn, table, grid)
+    assert len(report.partitions) == 1 and not report.fallback, str(report)
+    assert same_bits(torch.compile(fn, backend="kiln")(table, grid), fn(table, grid))
 
 
 def test_sampling_grids_from_linspace_fold_into_constants():

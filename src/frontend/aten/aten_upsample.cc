@@ -102,10 +102,9 @@ std::vector<Value*> grid_sample(ConvertContext& ctx) {
   if (x->type().rank() != 4) ctx.unsupported("grid sampling of a volume (Kiln samples 4-D x)");
   const int64_t interpolation = ctx.integer("interpolation_mode");
   const int64_t padding = ctx.integer("padding_mode");
-  if (interpolation == 2) ctx.unsupported("bicubic grid sampling (Kiln has bilinear and nearest)");
   if (interpolation < 0 || interpolation > 2 || padding < 0 || padding > 2)
     ctx.unsupported("grid sampling modes other than ATen's");
-  static constexpr const char* kModes[] = {"bilinear", "nearest"};
+  static constexpr const char* kModes[] = {"bilinear", "nearest", "bicubic"};
   static constexpr const char* kPaddings[] = {"zeros", "border", "reflection"};
   return {ctx.add("grid_sample", {x, ctx.tensor("grid")},
                   {{"mode", std::string(kModes[interpolation])},
