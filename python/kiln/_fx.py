@@ -132,7 +132,8 @@ def target_name(node: fx.Node) -> str:
 
 
 # Ops whose result depends on how their input lies in memory, not only on its values.
-MEMORY_READERS = frozenset({torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default})
+MEMORY_READERS = frozenset({torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default,
+                            torch.ops.aten.as_strided_scatter.default})
 
 
 def dense_storage(val) -> bool:

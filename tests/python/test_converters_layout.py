@@ -242,3 +242,24 @@ def test_functional_zero_and_strided_empties():
     fn = lambda x: x.new_empty_strided((3, 2), (1, 3), dtype=torch.float64)  # noqa: E731
     got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(x)
     assert got.shape == (3, 2) and got.dtype == torch.float64
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.diagonal_scatter(x, torch.ones(2, 3), 1, 1, 2),
+    lambda x: torch.as_strided_scatter(x, torch.zeros(3, 2), (3, 2), (4, 1), 1),
+    lambda x: torch.as_strided_scatter(x, torch.arange(4.0).reshape(2, 2), (2, 2), (1, 2)),
+], ids=["diagonal_scatter", "as_strided_scatter_rows", "as_strided_scatter_columns"])
+def test_scatters_through_views(fn):
+    """diagonal_scatter and as_strided_scatter (functionalization's writes through a view): a
+    scatter into x flattened at the view's constant positions, bit for bit."""
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(_T)
+    torch.testing.assert_close(got, fn(_T), rtol=0, atol=0)
+
+
+def test_in_place_write_through_a_diagonal_view():
+    def fn(x):
+        y = x * 2
+        y.diagonal(0, 1, 2).fill_(-1.0)
+        return y + 1
+    got = torch.compile(fn, backend="kiln", options=OPTIONS, fullgraph=True)(_T)
+    torch.testing.assert_close(got, fn(_T), rtol=0, atol=0)

@@ -89,22 +89,43 @@ std::vector<int64_t> known_sizes(ConvertContext& ctx, Value* x, const char* what
   return static_sizes(x->type().shape);
 }
 
-// x flattened, picked at constant `positions`, and shaped `sizes`.
-Value* pick(ConvertContext& ctx, Value* x, const std::vector<int64_t>& positions,
-            const std::vector<int64_t>& sizes) {
+// A view at constant positions of x's elements (flattened, row-major), in the view's shape.
+struct ConstantView {
+  std::vector<int64_t> positions, sizes;
+};
+
+Value* positions_constant(ConvertContext& ctx, const std::vector<int64_t>& positions) {
   Tensor table = Tensor::empty(DType::I64, {static_cast<int64_t>(positions.size())});
   std::copy(positions.begin(), positions.end(), table.data<int64_t>());
-  Value* flat = ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{-1}}});
-  Value* picked = ctx.add(
-      "index_select",
-      {flat, ctx.graph().add_constant(ctx.node_name() + "_positions", std::move(table))},
-      {{"dim", int64_t{0}}});
-  return ctx.add("reshape", {picked}, {{"shape", sizes}});
+  return ctx.graph().add_constant(ctx.node_name() + "_positions", std::move(table));
+}
+
+Value* flattened(ConvertContext& ctx, Value* x) {
+  return ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{-1}}});
+}
+
+// The view's elements: x flattened, picked at the positions, shaped as the view.
+Value* pick(ConvertContext& ctx, Value* x, const ConstantView& view) {
+  Value* picked = ctx.add("index_select", {flattened(ctx, x), positions_constant(ctx, view.positions)},
+                          {{"dim", int64_t{0}}});
+  return ctx.add("reshape", {picked}, {{"shape", view.sizes}});
+}
+
+// x with the view's elements replaced by src's (the *_scatter ops, functionalization's writes
+// through a view): a scatter into x flattened. src must have the view's shape.
+Value* place(ConvertContext& ctx, Value* x, Value* src, const ConstantView& view) {
+  if (src->type().shape != make_shape(view.sizes) || src->type().dtype != x->type().dtype)
+    ctx.unsupported("a src that isn't of the view's shape and x's dtype");
+  Value* placed = ctx.add("scatter", {flattened(ctx, x), positions_constant(ctx, view.positions),
+                                      flattened(ctx, src)},
+                          {{"dim", int64_t{0}}});
+  return ctx.add("reshape", {placed}, {{"shape", static_sizes(x->type().shape)}});
 }
 
 // diagonal(x, offset, dim1, dim2): x's elements [.., i, i + offset] over dims dim1 and dim2, which
 // go, as one dim, last; PyTorch's view, here a constant gather.
-Value* diagonal(ConvertContext& ctx, Value* x, int64_t offset, int64_t dim1, int64_t dim2) {
+ConstantView diagonal_view(ConvertContext& ctx, Value* x, int64_t offset, int64_t dim1,
+                           int64_t dim2) {
   const std::vector<int64_t> sizes = known_sizes(ctx, x, "diagonal");
   const size_t rank = sizes.size();
   const int64_t d1 = normalized_dim(ctx, dim1, rank), d2 = normalized_dim(ctx, dim2, rank);
@@ -133,7 +154,42 @@ Value* diagonal(ConvertContext& ctx, Value* x, int64_t offset, int64_t dim1, int
     }
     for (int64_t i = 0; i < length; ++i) positions.push_back(base + i * (strides[d1] + strides[d2]));
   }
-  return pick(ctx, x, positions, out_sizes);
+  return {std::move(positions), std::move(out_sizes)};
+}
+Value* diagonal(ConvertContext& ctx, Value* x, int64_t offset, int64_t dim1, int64_t dim2) {
+  return pick(ctx, x, diagonal_view(ctx, x, offset, dim1, dim2));
+}
+
+// as_strided(x, size, stride, storage_offset) and as_strided_scatter read or write x's memory
+// through the strides. Kiln's values are dense row-major, so they convert only where PyTorch's x
+// is too (the importer's `input_is_dense`: contiguous from offset 0) and every offset falls
+// inside x: then the view is x's elements at those offsets.
+ConstantView as_strided_view(ConvertContext& ctx, Value* x) {
+  if (!ctx.has("input_is_dense") || !ctx.boolean("input_is_dense"))
+    ctx.unsupported("as_strided of a tensor PyTorch doesn't lay out dense row-major");
+  if (!ctx.sizes("size").syms.empty() || !ctx.sizes("stride").syms.empty() ||
+      !is_static(x->type().shape))
+    ctx.unsupported("as_strided with dynamic sizes");
+  const std::vector<int64_t> size = ctx.integers("size"), stride = ctx.integers("stride");
+  const int64_t start = ctx.has("storage_offset") ? ctx.integer("storage_offset") : 0;
+  if (size.size() != stride.size()) ctx.unsupported("as many strides as sizes are needed");
+  const int64_t available = num_elements(static_sizes(x->type().shape));
+  const int64_t count = num_elements(size);
+  constexpr int64_t kMaxGather = int64_t{1} << 24;
+  if (count > kMaxGather) ctx.unsupported("an as_strided view of over 2^24 elements");
+  std::vector<int64_t> offsets(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rest = i, offset = start;
+    for (size_t d = size.size(); d-- > 0;) {
+      offset += (rest % size[d]) * stride[d];
+      rest /= size[d];
+    }
+    if (offset < 0 || offset >= available)
+      ctx.unsupported("as_strided reads element " + std::to_string(offset) + " of a tensor of " +
+                      std::to_string(available));
+    offsets[static_cast<size_t>(i)] = offset;
+  }
+  return {std::move(offsets), size};
 }
 
 void register_aten_shape_converters(ConverterRegistry& r) {
@@ -179,6 +235,13 @@ void register_aten_shape_converters(ConverterRegistry& r) {
     return {diagonal(ctx, ctx.tensor("self"), ctx.integer("offset"), ctx.integer("dim1"),
                      ctx.integer("dim2"))};
   });
+  // diagonal_scatter(x, src, offset, dim1, dim2): x with that diagonal replaced by src.
+  r.add("aten.diagonal_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {place(ctx, x, ctx.tensor("src"),
+                  diagonal_view(ctx, x, ctx.integer("offset"), ctx.integer("dim1"),
+                                ctx.integer("dim2")))};
+  });
   // trace: the sum of the main diagonal, as PyTorch's (floats summed in f64, integers to i64).
   r.add("aten.trace.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* d = diagonal(ctx, ctx.tensor("self"), 0, 0, 1);
@@ -207,7 +270,7 @@ void register_aten_shape_converters(ConverterRegistry& r) {
           positions.push_back(o * (n + 1) + (j - i == offset ? (offset >= 0 ? i : j) : n));
     blocks.push_back(m);
     blocks.push_back(m);
-    Value* y = pick(ctx, padded, positions, blocks);
+    Value* y = pick(ctx, padded, {std::move(positions), blocks});
     // The two new dims, last in y, to dim1 and dim2.
     std::vector<int64_t> perm;
     int64_t kept = 0;
@@ -257,50 +320,28 @@ void register_aten_shape_converters(ConverterRegistry& r) {
                       std::string(dtype_name(actual)) + " tensor");
     return {nullptr};
   });
-  // as_strided(x, size, stride, storage_offset) reads x's memory through the strides. Kiln's
-  // values are dense row-major, so it converts only where PyTorch's x is too (the importer's
-  // `input_is_dense`: contiguous from offset 0) and every offset falls inside x: strides that
-  // walk `size` in row-major order (size-1 dims aside) read one run of x, a slice and a reshape;
-  // others a gather of the flattened x at constant offsets.
+  // as_strided(x, size, stride, storage_offset) (as_strided_view): strides that walk `size` in
+  // row-major order (size-1 dims aside) read one run of x, a slice and a reshape; others a
+  // gather of the flattened x at constant offsets. as_strided_scatter writes src there instead.
   r.add("aten.as_strided.default", [](ConvertContext& ctx) -> std::vector<Value*> {
     Value* x = ctx.tensor("self");
-    if (!ctx.has("input_is_dense") || !ctx.boolean("input_is_dense"))
-      ctx.unsupported("as_strided of a tensor PyTorch doesn't lay out dense row-major");
-    if (!ctx.sizes("size").syms.empty() || !ctx.sizes("stride").syms.empty() ||
-        !is_static(x->type().shape))
-      ctx.unsupported("as_strided with dynamic sizes");
-    const std::vector<int64_t> size = ctx.integers("size"), stride = ctx.integers("stride");
-    const int64_t start = ctx.has("storage_offset") ? ctx.integer("storage_offset") : 0;
-    if (size.size() != stride.size()) ctx.unsupported("as many strides as sizes are needed");
-    const int64_t available = num_elements(static_sizes(x->type().shape));
-    const int64_t count = num_elements(size);
-    constexpr int64_t kMaxGather = int64_t{1} << 24;
-    if (count > kMaxGather) ctx.unsupported("an as_strided view of over 2^24 elements");
-    Tensor offsets = Tensor::empty(DType::I64, {count});
-    auto* at = offsets.data<int64_t>();
+    const ConstantView view = as_strided_view(ctx, x);
+    const std::vector<int64_t>& at = view.positions;
+    const auto count = static_cast<int64_t>(at.size());
     bool one_run = true;
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t rest = i, offset = start;
-      for (size_t d = size.size(); d-- > 0;) {
-        offset += (rest % size[d]) * stride[d];
-        rest /= size[d];
-      }
-      if (offset < 0 || offset >= available)
-        ctx.unsupported("as_strided reads element " + std::to_string(offset) +
-                        " of a tensor of " + std::to_string(available));
-      at[i] = offset;
-      one_run &= offset == at[0] + i;
-    }
-    Value* flat = ctx.add("reshape", {x}, {{"shape", std::vector<int64_t>{available}}});
-    if (!one_run) {
-      Value* index = ctx.graph().add_constant(ctx.node_name() + "_offsets", std::move(offsets));
-      flat = ctx.add("index_select", {flat, index}, {{"dim", int64_t{0}}});
-    } else if (count < available) {
+    for (int64_t i = 0; i < count && one_run; ++i) one_run = at[i] == at[0] + i;
+    if (!one_run) return {pick(ctx, x, view)};
+    Value* flat = flattened(ctx, x);
+    if (count < num_elements(static_sizes(x->type().shape))) {
       const int64_t first = count ? at[0] : 0;
       flat = ctx.add("slice", {flat}, {{"dim", int64_t{0}}, {"start", first},
                                        {"end", first + count}, {"step", int64_t{1}}});
     }
-    return {ctx.add("reshape", {flat}, {{"shape", size}})};
+    return {ctx.add("reshape", {flat}, {{"shape", view.sizes}})};
+  });
+  r.add("aten.as_strided_scatter.default", [](ConvertContext& ctx) -> std::vector<Value*> {
+    Value* x = ctx.tensor("self");
+    return {place(ctx, x, ctx.tensor("src"), as_strided_view(ctx, x))};
   });
   // Tensor.unfold(dimension, size, step) (PatchTST's patches, sliding frames): windows of `size`
   // elements `step` apart along the dim, which becomes [W] with a new last dim [size]. An
