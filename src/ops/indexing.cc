@@ -172,15 +172,29 @@ struct NodeRef {
 };
 
 template <typename I>
-void check_index_values(const I* idx, const IndexOperand& operand, const NodeRef& where) {
+void check_index_values(const I* idx, const IndexOperand& operand, const NodeRef& where,
+                        int threads) {
   const int64_t lo = operand.wrap ? -operand.dim_size : 0, hi = operand.dim_size - 1;
-  I min = 0, max = 0;
-  if (operand.numel > 0) min = max = idx[0];
-  for (int64_t i = 1; i < operand.numel; ++i) {
-    min = std::min(min, idx[i]);
-    max = std::max(max, idx[i]);
-  }
-  if (operand.numel == 0 || (min >= lo && max <= hi)) return;
+  if (operand.numel == 0) return;
+  // Each chunk's extremes on the pool (an index tensor can be tens of MB), then theirs.
+  constexpr int kMaxChunks = 64;
+  I mins[kMaxChunks], maxs[kMaxChunks];
+  const int chunks = std::clamp(threads, 1, kMaxChunks);
+  std::fill(mins, mins + chunks, idx[0]);
+  std::fill(maxs, maxs + chunks, idx[0]);
+  cpu::parallel_chunks(chunks, operand.numel / chunks, chunks, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      I min = idx[0], max = idx[0];
+      for (int64_t i = operand.numel * c / chunks; i < operand.numel * (c + 1) / chunks; ++i) {
+        min = std::min(min, idx[i]);
+        max = std::max(max, idx[i]);
+      }
+      mins[c] = min;
+      maxs[c] = max;
+    }
+  });
+  const I min = *std::min_element(mins, mins + chunks), max = *std::max_element(maxs, maxs + chunks);
+  if (min >= lo && max <= hi) return;
   const int64_t bad = min < lo ? min : max;
   const std::string valid =
       operand.dim_size == 0 ? "it has no valid index"
@@ -194,11 +208,11 @@ void check_index_values(const I* idx, const IndexOperand& operand, const NodeRef
 // Throws E40002 naming the node unless every index is in range. Runs before any element moves
 // (and outside the OpenMP pool, which can't carry an exception).
 void check_indices(const IndexOperand& operand, std::span<const void* const> in,
-                   const NodeRef& where) {
+                   const NodeRef& where, int threads = 1) {
   if (operand.dtype == DType::I64)
-    check_index_values(static_cast<const int64_t*>(in[operand.input]), operand, where);
+    check_index_values(static_cast<const int64_t*>(in[operand.input]), operand, where, threads);
   else
-    check_index_values(static_cast<const int32_t*>(in[operand.input]), operand, where);
+    check_index_values(static_cast<const int32_t*>(in[operand.input]), operand, where, threads);
 }
 
 IndexOperand index_operand(const KernelSpec& spec, size_t input, size_t dim, int64_t dim_size,
@@ -725,7 +739,7 @@ std::unique_ptr<KernelInstance> gather_rows(DimIndexPlan p) {
   const int64_t column_stride = p.x_at.strides.back();  // 0 when dim is the last, else 1
   return make_kernel([p, row, row_at, column_stride](std::span<const void* const> in,
                                                      std::span<void* const> out) {
-    check_indices(p.index, in, p.where);
+    check_indices(p.index, in, p.where, p.threads);
     if (p.numel == 0) return;
     cpu::with_element_type(p.element_bytes, [&](auto element) {
       using E = decltype(element);
@@ -822,6 +836,19 @@ T combine(Reduce reduce, T old, T value) {
   return value;
 }
 
+// Calls fn(std::integral_constant<Reduce, reduce>{}), so that a loop's combine() is decided
+// once, at compile time, not per element.
+template <typename Fn>
+void with_reduce(Reduce reduce, Fn fn) {
+  switch (reduce) {
+    case Reduce::Assign: return fn(std::integral_constant<Reduce, Reduce::Assign>{});
+    case Reduce::Add: return fn(std::integral_constant<Reduce, Reduce::Add>{});
+    case Reduce::Multiply: return fn(std::integral_constant<Reduce, Reduce::Multiply>{});
+    case Reduce::Max: return fn(std::integral_constant<Reduce, Reduce::Max>{});
+    case Reduce::Min: return fn(std::integral_constant<Reduce, Reduce::Min>{});
+  }
+}
+
 // Calls fn(T{}) with the type that stores elements for `reduce`: any type of the element's size
 // for a plain store, the dtype's own arithmetic type otherwise.
 template <typename Fn>
@@ -839,8 +866,9 @@ void with_store_type(Reduce reduce, DType dtype, Fn fn) {
   }
 }
 
+// out = x, unless the planner gave out x's own memory (in place: x dies here).
 void copy_input(std::span<const void* const> in, void* out, size_t bytes) {
-  if (bytes) std::memcpy(out, in[0], bytes);
+  if (bytes && out != in[0]) std::memcpy(out, in[0], bytes);
 }
 
 // out = x; out[x_at(p) + index[p] * dim_stride] (reduce)= src[src_at(p)] in index order, so
@@ -863,6 +891,73 @@ std::unique_ptr<KernelInstance> scatter_reference(const KernelSpec& spec) {
         T& target = y[p.x_at.offset(i) + load_index(in[1], p.index.dtype, i) * p.dim_stride];
         target = combine(reduce, target, src[src_at.offset(i)]);
       }
+    });
+  });
+}
+
+// The same on the pool, bit for bit: the index seen as [outer, n, inner] around dim, position
+// (o, j, i) writes only x's line (o, ·, i), so lines split among the threads while each keeps
+// its index order (the last of duplicates still wins a store, and sums add in order); a thread's
+// lines of one o go j by j across their i, reading the index and src row by row.
+std::unique_ptr<KernelInstance> scatter_lines(const KernelSpec& spec) {
+  const DimIndexPlan p = dim_index_plan(spec);
+  const size_t dim = wrapped(spec.node.attr_int("dim"), p.index_sizes.size());
+  const std::vector<int64_t>& sizes = p.index_sizes;
+  const std::vector<int64_t> x_strides = row_major_strides(spec.input_sizes(0)),
+                             src_strides = row_major_strides(spec.input_sizes(2));
+  const auto before = static_cast<std::ptrdiff_t>(dim), after = before + 1;
+  auto part = [&](const std::vector<int64_t>& strides, bool leading) {
+    return leading ? Strided({sizes.begin(), sizes.begin() + before},
+                             {strides.begin(), strides.begin() + before})
+                   : Strided({sizes.begin() + after, sizes.end()},
+                             {strides.begin() + after, strides.end()});
+  };
+  const Strided x_outer = part(x_strides, true), x_inner = part(x_strides, false);
+  const Strided src_outer = part(src_strides, true), src_inner = part(src_strides, false);
+  const int64_t n = sizes[dim], inner = num_elements(x_inner.sizes);
+  const int64_t lines = n ? p.numel / n : 0, src_step = src_strides[dim];
+  const size_t bytes = static_cast<size_t>(num_elements(spec.input_sizes(0))) * p.element_bytes;
+  const Reduce reduce = reduce_of(spec.node.attr_string("reduce"));
+  return make_kernel([=](std::span<const void* const> in, std::span<void* const> out) {
+    check_indices(p.index, in, p.where, p.threads);
+    copy_input(in, out[0], bytes);
+    if (lines == 0) return;
+    with_store_type(reduce, p.dtype, [&](auto element) {
+      using T = decltype(element);
+      with_index_type(p.index.dtype, [&](auto index_type) {
+        using I = decltype(index_type);
+        with_reduce(reduce, [&](auto how) {
+          constexpr Reduce R = decltype(how)::value;
+          const T* src = static_cast<const T*>(in[2]);
+          const I* index = static_cast<const I*>(in[1]);
+          T* y = static_cast<T*>(out[0]);
+          cpu::parallel_chunks(lines, n, p.threads, [&](int64_t begin, int64_t end) {
+            for (int64_t line = begin; line < end;) {
+              const int64_t o = line / inner, first = line % inner;
+              const int64_t last = std::min(inner, first + (end - line));  // this o's lines
+              const int64_t x_o = x_outer.offset(o), src_o = src_outer.offset(o);
+              if (inner == 1) {  // along the last dim: each line is one row of the index
+                T* y_o = y + x_o;
+                const I* index_row = index + o * n;
+                const T* src_row = src + src_o;
+                for (int64_t j = 0; j < n; ++j) {
+                  T& target = y_o[int64_t{index_row[j]} * p.dim_stride];
+                  target = combine(R, target, src_row[j * src_step]);
+                }
+              } else {
+                for (int64_t j = 0; j < n; ++j) {
+                  const I* index_row = index + (o * n + j) * inner;
+                  for (int64_t i = first; i < last; ++i) {
+                    T& target = y[x_o + x_inner.offset(i) + int64_t{index_row[i]} * p.dim_stride];
+                    target = combine(R, target, src[src_o + j * src_step + src_inner.offset(i)]);
+                  }
+                }
+              }
+              line += last - first;
+            }
+          });
+        });
+      });
     });
   });
 }
@@ -934,12 +1029,18 @@ void register_indexing_ops(OpRegistry& registry) {
                         always("reference", [](const KernelSpec& spec) {
                           return gather_reference(dim_index_plan(spec));
                         })}));
-  registry.add(make_op("scatter", {{"x"}, {"index"}, {"src"}},
-                       {{"dim", zero, true}, {"reduce", std::string()}}, infer_scatter,
-                       {always("reference", scatter_reference)}));
-  registry.add(make_op("index_put", {{"x"}, {"values"}, {"indices", true}},
-                       {{"accumulate", false}}, infer_index_put,
-                       {always("reference", index_put_reference)}));
+  // Both write into x's copy: in x's own memory where x dies at the node, which then writes
+  // only the positions it scatters to (each reads its own position's value first).
+  OpDef scatter = make_op("scatter", {{"x"}, {"index"}, {"src"}},
+                          {{"dim", zero, true}, {"reduce", std::string()}}, infer_scatter,
+                          {always("lines", scatter_lines), always("reference", scatter_reference)});
+  OpDef index_put = make_op("index_put", {{"x"}, {"values"}, {"indices", true}},
+                            {{"accumulate", false}}, infer_index_put,
+                            {always("reference", index_put_reference)});
+  for (OpDef* def : {&scatter, &index_put})
+    for (KernelDef& k : def->kernels) k.in_place_inputs = {0};
+  registry.add(std::move(scatter));
+  registry.add(std::move(index_put));
 }
 
 }  // namespace kiln

@@ -555,6 +555,39 @@ TEST(OpsIndexing, ScatterInference) {
                   "not bf16");
 }
 
+// The lines kernel against the reference, bit for bit on one thread and two: every dim, an index
+// smaller than x and src on the other dims, duplicates (the last store wins, sums in order),
+// every reduce, f32 and i64, i64 and i32 indices.
+TEST(OpsIndexing, ScatterLinesMatchReference) {
+  std::mt19937 rng(23);
+  const std::vector<int64_t> x_sizes{5, 7, 6};
+  for (const std::string reduce : {"", "add", "multiply", "amax", "amin"}) {
+    for (DType dtype : {DType::F32, DType::I64}) {
+      for (int64_t dim = 0; dim < 3; ++dim) {
+        for (DType index_dtype : {DType::I64, DType::I32}) {
+          std::vector<int64_t> index_sizes{4, 6, 5}, src_sizes{5, 7, 6};
+          index_sizes[static_cast<size_t>(dim)] = 9;  // more positions than x has: duplicates
+          src_sizes[static_cast<size_t>(dim)] = 9;
+          SCOPED_TRACE("reduce \"" + reduce + "\" dim " + std::to_string(dim) + " " +
+                       std::string(dtype_name(dtype)) + " " + std::string(dtype_name(index_dtype)));
+          OneNode n("scatter", {type_of(dtype, x_sizes), type_of(index_dtype, index_sizes),
+                                type_of(dtype, src_sizes)},
+                    {{"dim", dim}, {"reduce", reduce}});
+          const std::vector<Tensor> inputs{
+              test::random_tensor(dtype, x_sizes, rng, -4, 4),
+              random_indices(index_dtype, index_sizes, 0, x_sizes[static_cast<size_t>(dim)] - 1, rng),
+              test::random_tensor(dtype, src_sizes, rng, -4, 4)};
+          const Tensor expected = run_reference(n, inputs);
+          for (int threads : {1, 2})
+            EXPECT_TRUE(test::same_values(test::run_kernel(*n.node, "lines", inputs, threads)[0],
+                                          expected))
+                << "threads " << threads;
+        }
+      }
+    }
+  }
+}
+
 TEST(OpsIndexing, ReferenceScatterMatchesHandComputedValues) {
   // torch.zeros(3, 5).scatter(0, [[0, 1, 2, 0]], [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
   //   = [[1, 0, 0, 4, 0], [0, 2, 0, 0, 0], [0, 0, 3, 0, 0]]

@@ -102,6 +102,13 @@ def test_antialiased_bilinear_in_kiln(dtype, size, align_corners, scale):
     torch.testing.assert_close(got, fn(x))
 
 
+def test_large_antialiased_resizes_stay_in_pytorch():
+    """Over 32 inputs a filter tap, PyTorch's banded kernel beats the dense matmul."""
+    x = torch.randn(1, 3, 512, 512, generator=G)
+    report = kiln.explain(lambda x: F.interpolate(x, size=(224, 224), mode="bilinear", antialias=True), x)
+    assert "banded kernel" in report.fallback["aten._upsample_bilinear2d_aa.default"][1]
+
+
 def test_antialiased_bilinear_of_a_dynamic_size_stays_in_pytorch():
     x = torch.randn(1, 2, 10, 10, generator=G)
     torch._dynamo.mark_dynamic(x, 2)
