@@ -175,6 +175,24 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
     const Value* v = graph.outputs()[j];
     if (v->kind() == Value::Kind::NodeOutput && !direct_output.count(v)) direct_output[v] = j;
   }
+  // An output that is a view (a reshape: the same bytes) of a value read by nothing else: that
+  // value is written into the output's memory too, so the view copies nothing (a language
+  // model's logits, [S, V] viewed as [1, S, V], were copied whole after every run).
+  for (size_t j = 0; j < graph.outputs().size(); ++j) {
+    const Value* v = graph.outputs()[j];
+    for (;;) {
+      if (v->kind() != Value::Kind::NodeOutput || direct_output.at(v) != j) break;
+      const Node* view = v->producer();
+      const OpDef* def = OpRegistry::instance().find(view->op());
+      if (!def || def->kernels.empty() || !def->kernels.front().output_aliases_input) break;
+      const Value* u = view->input(0);
+      if (u->kind() != Value::Kind::NodeOutput || u->users().size() != 1 ||
+          direct_output.count(u) || u->type().dtype != v->type().dtype)
+        break;
+      direct_output[u] = j;
+      v = u;
+    }
+  }
 
   // The input sizes bind the graph's symbols, so sizes written over them (reshape's sym_shape,
   // ...) evaluate for this plan.
@@ -225,8 +243,13 @@ ExecPlan::ExecPlan(const Graph& graph, const std::vector<std::vector<int64_t>>& 
       const Value* out = node->output(i);
       types[out] = spec.outputs[i];
       auto direct = direct_output.find(out);
+      const Slot& first_input = slots_[step.inputs.empty() ? 0 : step.inputs[0]];
       if (direct != direct_output.end()) {
         new_slot(out, Slot{Slot::Kind::Output, direct->second});
+      } else if (step.output_aliases_input && first_input.kind == Slot::Kind::Input) {
+        // A view of a graph input reads the caller's memory (never written: only arena
+        // buffers are written in place), where it copied the input before.
+        new_slot(out, first_input);
       } else {
         new_slot(out, Slot{Slot::Kind::Arena});
       }

@@ -162,16 +162,28 @@ TEST(MemoryPlan, ReshapeIsAViewOfItsInput) {
   EXPECT_EQ(stats.in_place, 3u);
   EXPECT_EQ(stats.buffers, 2u);
   EXPECT_EQ(stats.arena_bytes, 2 * 512u);
-  // A reshape of a graph input, or into a graph output, copies; only b overwrites r.
-  MemoryStats edges = expect_same_as_unshared(R"(graph @copies {
+  // A reshape of a graph input reads the caller's memory (r), and a reshape into a graph output
+  // of a value nothing else reads copies nothing: b is written into the output's memory. No
+  // arena at all.
+  MemoryStats edges = expect_same_as_unshared(R"(graph @views_at_the_edges {
     input %x : f32[8, 16]
     %r = reshape(%x) {shape = [128]}
     %b = neg(%r)
     %o = reshape(%b) {shape = [16, 8]}
     output %o
   })", no_passes());
-  EXPECT_EQ(edges.in_place, 1u);
-  EXPECT_EQ(edges.buffers, 1u);
+  EXPECT_EQ(edges.in_place, 0u);
+  EXPECT_EQ(edges.buffers, 0u);
+  EXPECT_EQ(edges.arena_bytes, 0u);
+  // b read by another node too: it stays in the arena and the output reshape copies it.
+  MemoryStats shared = expect_same_as_unshared(R"(graph @output_copy {
+    input %x : f32[8, 16]
+    %b = neg(%x)
+    %o = reshape(%b) {shape = [16, 8]}
+    %s = exp(%b)
+    output %o, %s
+  })", no_passes());
+  EXPECT_EQ(shared.buffers, 1u);
 }
 
 // Two branches of one big and one small tensor each. Graph order runs both big ones first.
