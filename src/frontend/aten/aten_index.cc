@@ -296,7 +296,8 @@ std::vector<Value*> scatter_reduce(ConvertContext& ctx) {
   auto counts = [&](double start) {
     return scattered(filled_like(x, start), filled_like(src, 1), "add");
   };
-  Value* reached = include_self ? nullptr : ctx.add("ne", {counts(0), ctx.scalar(0, dtype)});
+  Value* arrivals = include_self ? nullptr : counts(0);
+  Value* reached = include_self ? nullptr : ctx.add("ne", {arrivals, ctx.scalar(0, dtype)});
   auto starting_from = [&](double identity) {
     return include_self ? x : ctx.add("where", {reached, filled_like(x, identity), x});
   };
@@ -317,7 +318,7 @@ std::vector<Value*> scatter_reduce(ConvertContext& ctx) {
     if (!floating) division["rounding_mode"] = std::string("floor");
     // A count of 0 (unreached, without include_self) divides by 1; the where keeps x there.
     Value* mean = ctx.add(
-        "div", {total, ctx.add("maximum", {counts(include_self ? 1 : 0), ctx.scalar(1, dtype)})},
+        "div", {total, ctx.add("maximum", {include_self ? counts(1) : arrivals, ctx.scalar(1, dtype)})},
         std::move(division));
     y = include_self ? mean : ctx.add("where", {reached, mean, x});
   } else {

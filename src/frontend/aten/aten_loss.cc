@@ -50,27 +50,27 @@ std::vector<Value*> nll_loss(ConvertContext& ctx) {
   Value* counted = ctx.add("ne", {target, ctx.scalar(static_cast<double>(ctx.integer("ignore_index")),
                                                      index_dtype)});
   // An ignored position reads class 0, whatever ignore_index is (it may lie outside [0, C)).
-  Value* index = ctx.add("unsqueeze", {ctx.add("where", {counted, target, ctx.scalar(0, index_dtype)})},
-                         {{"dim", class_dim}});
-  auto at_target = [&](Value* per_class) {
-    return ctx.add("squeeze", {ctx.add("gather", {per_class, index}, {{"dim", class_dim}})},
-                   {{"dim", std::vector<int64_t>{class_dim}}});
-  };
-  // weight[c] broadcast along the class dim: [C, 1, 1] against [N, C, H, W].
-  Value* class_weight = weight;
-  for (size_t d = 2; weight && d < x->type().rank(); ++d)
-    class_weight = ctx.add("unsqueeze", {class_weight}, {{"dim", int64_t{-1}}});
+  Value* safe = ctx.add("where", {counted, target, ctx.scalar(0, index_dtype)});
+  Value* picked = ctx.add(
+      "squeeze",
+      {ctx.add("gather", {x, ctx.add("unsqueeze", {safe}, {{"dim", class_dim}})}, {{"dim", class_dim}})},
+      {{"dim", std::vector<int64_t>{class_dim}}});
+  // weight[t]: rows of weight as [C, 1] looked up by the targets, the last dim dropped.
+  Value* target_weight =
+      weight ? ctx.add("squeeze",
+                       {ctx.add("embedding", {ctx.add("unsqueeze", {weight}, {{"dim", int64_t{1}}}), safe})},
+                       {{"dim", std::vector<int64_t>{-1}}})
+             : nullptr;
   Value* zero = scalar_like(ctx, 0, x);
   Value* losses = ctx.add(
-      "where", {counted, ctx.add("neg", {at_target(weight ? ctx.add("mul", {x, class_weight}) : x)}),
-                zero});
+      "where",
+      {counted, ctx.add("neg", {target_weight ? ctx.add("mul", {picked, target_weight}) : picked}),
+       zero});
   Value* total_weight = nullptr;
   if (reduction == 1 || (reduction == 2 && ctx.output_used(1))) {
-    Value* target_weight =
-        weight ? at_target(ctx.add("mul", {ctx.add("ones_like", {x}), class_weight}))
-               : scalar_like(ctx, 1, x);
-    total_weight = ctx.add("sum", {ctx.add("where", {counted, target_weight, zero})},
-                           {{"dim", std::vector<int64_t>{}}});
+    total_weight = ctx.add(
+        "sum", {ctx.add("where", {counted, target_weight ? target_weight : scalar_like(ctx, 1, x), zero})},
+        {{"dim", std::vector<int64_t>{}}});
   } else if (ctx.output_used(1)) {
     total_weight = ctx.add("zeros", {}, {{"size", std::vector<int64_t>{}},
                                           {"dtype", std::string(dtype_name(x->type().dtype))}});
